@@ -1,0 +1,93 @@
+"""Credit assignment: per-agent, per-turn rewards from an episode's outcome and scores.
+
+Registered methods (``marti_env.make(env_id, credit=name, **options)``):
+
+====================  ====================================================  ==================
+name                  per-turn reward r_t                                   options
+====================  ====================================================  ==================
+none                  R (episode outcome)                                   --
+score                 s_t (the turn's own verifier score)                   --
+margin                s_t + alpha (s_t - Q_t)                               alpha scope window
+quality               s_t + alpha (Q_t s_t - (1 - Q_t)(1 - s_t))            alpha scope window
+margin_with_outcome   margin + beta R                                       + beta
+quality_with_outcome  quality + beta R                                      + beta
+leave_one_out         v(N) - v(N \\ {i}) under the final-answer rule        unread
+shapley               Shapley value of agent i in the final-answer rule     unread max_agents
+discounted            gamma^(K - k_t) R                                     gamma
+====================  ====================================================  ==================
+
+See :mod:`.shaping` (Q_t and its scopes), :mod:`.counterfactual` (the coalition game) and
+:mod:`.methods`. The fast benchmark lives in :mod:`marti_env.credit.bench` (imported on use).
+"""
+
+from __future__ import annotations
+
+from marti_env.credit import counterfactual as _counterfactual  # noqa: F401  (registers)
+from marti_env.credit import methods as _methods  # noqa: F401  (registers built-ins)
+from marti_env.credit import shaping as _shaping  # noqa: F401  (registers)
+from marti_env.credit.base import (
+    CreditMethod,
+    FinalAnswerRule,
+    checked_rewards,
+    credit_methods,
+    credit_params,
+    make_credit,
+    register_credit,
+)
+from marti_env.credit.counterfactual import (
+    LeaveOneOut,
+    Shapley,
+    difference_rewards,
+    shapley_values,
+)
+from marti_env.credit.methods import Discounted, NoCredit, ScoreCredit, discounted_rewards
+from marti_env.credit.shaping import (
+    Margin,
+    MarginWithOutcome,
+    Quality,
+    QualityWithOutcome,
+    history_baselines,
+    margin_delta,
+    quality_delta,
+    shaped_reward,
+)
+
+BUILTIN_METHODS: tuple[str, ...] = (
+    "none",
+    "score",
+    "margin",
+    "quality",
+    "margin_with_outcome",
+    "quality_with_outcome",
+    "leave_one_out",
+    "shapley",
+    "discounted",
+)
+"""The built-in methods, in the order benchmarks list them."""
+
+__all__ = [
+    "BUILTIN_METHODS",
+    "CreditMethod",
+    "Discounted",
+    "FinalAnswerRule",
+    "LeaveOneOut",
+    "Margin",
+    "MarginWithOutcome",
+    "NoCredit",
+    "Quality",
+    "QualityWithOutcome",
+    "ScoreCredit",
+    "Shapley",
+    "checked_rewards",
+    "credit_methods",
+    "credit_params",
+    "difference_rewards",
+    "discounted_rewards",
+    "history_baselines",
+    "make_credit",
+    "margin_delta",
+    "quality_delta",
+    "register_credit",
+    "shaped_reward",
+    "shapley_values",
+]

@@ -1,0 +1,272 @@
+"""The environment registry, after Gymnasium's and PettingZoo's.
+
+Ids are versioned, ``name-vN``: a version is bumped whenever rules, prompts, rewards or
+observations change. The standard environments are declared in the YAML files of the
+top-level ``envs/`` folder and registered when :mod:`marti_env` is imported.
+
+A YAML spec::
+
+    id: mad-v0                  # name-vN
+    workflow: mad               # a key of marti_env.workflows.WORKFLOWS
+    summary: one line
+    kwargs: {num_agents: 3}     # defaults of the workflow's (and the env's) arguments
+    prompts: {system: null, solve: {examples: [...], user: "..."}, ...}
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from marti_env.credit import credit_params, make_credit
+from marti_env.env import WorkflowEnv
+from marti_env.prompts import Prompts
+from marti_env.rewards import make_reward
+from marti_env.tasks import make_task_source
+from marti_env.workflows import WORKFLOWS, Workflow
+
+_ID = re.compile(r"^(?P<name>[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)-v(?P<version>\d+)$")
+
+ENV_ARGS: dict[str, Any] = {
+    "tasks": "arithmetic",
+    "reward": "math",
+    "credit": "none",
+    "max_response_chars": 32_768,
+    "render_mode": None,
+    "prompts": None,
+}
+"""Arguments every env accepts, with their defaults:
+
+- ``tasks``: task source spec (``"arithmetic"``, a data file path, ``"gsm8k/test"``,
+  ``"hf:<name>"``, a list of ``Task``, a ``TaskSource``); see ``marti_env.tasks``.
+- ``reward``: the per-turn verifier (``"math"``, ``"format"``, ``"math+format"``, a
+  ``Reward`` or a judge callable), or ``"ttrl"`` for label-free majority-vote rewards.
+- ``credit``: a registered credit method name or a ``CreditMethod``; the method's options
+  (e.g. ``alpha``) are passed to ``make`` as keyword arguments too.
+- ``max_response_chars``: the action space's bound (longer actions are still accepted).
+- ``render_mode``: ``None``, ``"ansi"`` or ``"human"``.
+- ``prompts``: template overrides, ``{template: str | {user, examples}, "system": str}``.
+"""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A registered environment: which workflow, its default arguments and prompts."""
+
+    id: str
+    workflow: type[Workflow]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    prompts: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    source: str = "<python>"
+
+    @property
+    def name(self) -> str:
+        return _ID.match(self.id).group("name")  # type: ignore[union-attr]
+
+    @property
+    def version(self) -> int:
+        return int(_ID.match(self.id).group("version"))  # type: ignore[union-attr]
+
+    def workflow_args(self) -> tuple[str, ...]:
+        """The workflow's own argument names."""
+        params = inspect.signature(self.workflow.__init__).parameters
+        return tuple(p for p in params if p != "self")
+
+    def allowed_args(self, credit: Any = None) -> tuple[str, ...]:
+        """Every keyword ``make`` accepts for this env (credit options for ``credit``)."""
+        extra = credit_params(credit) if isinstance(credit, str) else ()
+        return (*self.workflow_args(), *ENV_ARGS, *extra)
+
+
+registry: dict[str, EnvSpec] = {}
+"""Every registered env, by id."""
+
+
+def register(
+    id: str,
+    workflow: str | type[Workflow],
+    kwargs: Mapping[str, Any] | None = None,
+    prompts: Mapping[str, Any] | None = None,
+    summary: str = "",
+    source: str = "<python>",
+) -> EnvSpec:
+    """Register an environment; its arguments and prompts are validated now.
+
+    Raises:
+        ValueError: a malformed or already registered id, an unknown workflow, an unknown
+            default argument, or prompts that do not fit the workflow.
+    """
+    if not isinstance(id, str) or not _ID.match(id):
+        raise ValueError(f"{source}: env id {id!r} is not of the form 'name-vN' (e.g. 'mad-v0')")
+    if id in registry:
+        raise ValueError(
+            f"{source}: env id {id!r} is already registered (by {registry[id].source})"
+        )
+    if isinstance(workflow, str):
+        if workflow not in WORKFLOWS:
+            raise ValueError(
+                f"{source}: unknown workflow {workflow!r}{_suggest(workflow, WORKFLOWS)}; "
+                f"known: {', '.join(sorted(WORKFLOWS))}"
+            )
+        workflow = WORKFLOWS[workflow]
+    spec = EnvSpec(id, workflow, dict(kwargs or {}), dict(prompts or {}), summary, source)
+    allowed = spec.allowed_args()
+    for key in spec.kwargs:
+        if key not in allowed:
+            raise ValueError(
+                f"{source}: {id} sets unknown argument {key!r}{_suggest(key, allowed)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+    Prompts.from_dict(spec.prompts, workflow.templates, where=source)
+    registry[id] = spec
+    return spec
+
+
+def spec(id: str) -> EnvSpec:
+    """The spec of a registered env; an unknown id errors with the closest registered ones."""
+    if id in registry:
+        return registry[id]
+    match = _ID.match(id) if isinstance(id, str) else None
+    if match:
+        versions = sorted(s.id for s in registry.values() if s.name == match.group("name"))
+        if versions:
+            raise ValueError(f"env {id!r} has no such version; registered: {', '.join(versions)}")
+    elif isinstance(id, str):
+        versions = sorted(s.id for s in registry.values() if s.name == id)
+        if versions:
+            raise ValueError(f"env ids carry a version: use one of {', '.join(versions)}")
+    raise ValueError(
+        f"no env {id!r}{_suggest(str(id), registry)}; registered: {', '.join(sorted(registry))}"
+    )
+
+
+def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any) -> Any:
+    """Build a registered environment.
+
+    Args:
+        id: A registered id such as ``"mad-v0"``.
+        api: ``"parallel"`` for a PettingZoo ``ParallelEnv`` (default) or ``"aec"`` for the
+            AEC form (``pettingzoo.utils.parallel_to_aec``).
+        **overrides: The workflow's arguments (see its docstring), the env arguments in
+            :data:`ENV_ARGS`, and the chosen credit method's options.
+
+    Raises:
+        ValueError: an unknown id (with the closest ones), an unknown argument (naming it,
+            the closest and the allowed ones) or a bad value.
+    """
+    env_spec = spec(id)
+    if api not in ("parallel", "aec"):
+        raise ValueError(f"api must be 'parallel' or 'aec', got {api!r}")
+    args = {**ENV_ARGS, **env_spec.kwargs, **overrides}
+    allowed = env_spec.allowed_args(args["credit"])
+    for key in overrides:
+        if key not in allowed:
+            raise ValueError(
+                f"{id} got an unknown argument {key!r}{_suggest(key, allowed)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+    workflow = env_spec.workflow(**{k: args[k] for k in env_spec.workflow_args() if k in args})
+    prompts = Prompts.from_dict(
+        _merge_prompts(env_spec.prompts, args["prompts"]), env_spec.workflow.templates, where=id
+    )
+    credit_options = {
+        k: v
+        for k, v in overrides.items()
+        if k not in env_spec.workflow_args() and k not in ENV_ARGS
+    }
+    reward = None if args["reward"] == "ttrl" else make_reward(args["reward"])
+    env = WorkflowEnv(
+        env_id=id,
+        workflow=workflow,
+        prompts=prompts,
+        tasks=make_task_source(args["tasks"]),
+        reward=reward,
+        credit=make_credit(args["credit"], **credit_options),
+        max_response_chars=args["max_response_chars"],
+        render_mode=args["render_mode"],
+    )
+    if api == "aec":
+        from pettingzoo.utils.conversions import parallel_to_aec
+
+        return parallel_to_aec(env)
+    return env
+
+
+def pprint_registry(print_output: bool = True) -> str | None:
+    """Print (or return) every registered env with its summary and default arguments."""
+    lines = []
+    for env_id in sorted(registry):
+        s = registry[env_id]
+        defaults = ", ".join(f"{k}={v!r}" for k, v in s.kwargs.items())
+        lines.append(f"{env_id:<14} {s.summary}")
+        if defaults:
+            lines.append(f"{'':<14} defaults: {defaults}")
+    text = "\n".join(lines)
+    if print_output:
+        print(text)
+        return None
+    return text
+
+
+def envs_dir() -> Path:
+    """Where the standard environments' YAML specs live (the repo's ``envs/`` folder, or
+    its copy inside an installed wheel)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_envs", here.parent / "envs"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"no envs/ folder of YAML specs next to {here}")
+
+
+def load_spec_file(path: str | Path) -> EnvSpec:
+    """Register the environment declared in one YAML file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: invalid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    known = {"id", "workflow", "summary", "kwargs", "prompts"}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    for key in ("id", "workflow", "prompts"):
+        if key not in data:
+            raise ValueError(f"{path}: missing key {key!r}")
+    return register(
+        data["id"],
+        data["workflow"],
+        kwargs=data.get("kwargs") or {},
+        prompts=data["prompts"],
+        summary=data.get("summary", ""),
+        source=str(path),
+    )
+
+
+def register_standard_envs() -> None:
+    for path in sorted(envs_dir().glob("*.yaml")):
+        load_spec_file(path)
+
+
+def _merge_prompts(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    if override is None:
+        return dict(base)
+    if not isinstance(override, Mapping):
+        raise ValueError(
+            f"prompts must be a mapping of template overrides, got {type(override).__name__}"
+        )
+    return {**base, **override}
+
+
+def _suggest(word: str, options: Any) -> str:
+    close = difflib.get_close_matches(word, list(options), n=3)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""

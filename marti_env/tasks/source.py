@@ -1,0 +1,268 @@
+"""Task sources: indexable, sampleable collections of tasks, and the spec parser for configs.
+
+A :class:`TaskSource` is what an environment draws its problems from. ``make_task_source``
+turns the values a config may hold (a name, a path, a dict) into one:
+
+================================  ======================================================
+spec                              source
+================================  ======================================================
+a ``TaskSource``                  itself
+a list / tuple of ``Task``        ``ListTasks(tasks, name="tasks")``
+``"arithmetic"``                  ``ArithmeticTasks()`` (levels 1-2, train split)
+``{"type": "arithmetic", ...}``   ``ArithmeticTasks(**rest)`` (seed, levels, size, split)
+``{"type": "file", "path": p}``   ``load_tasks(p, ...)`` (also prompt_field, answer_field)
+``{"type": "hf", "name": n}``     ``load_hf_dataset(n, ...)`` (split, config, fields)
+``"path/to/file.json[l]"``        ``load_tasks(path)``
+a benchmark name (``"amc"``)      the shared file under :func:`data_dir` (see
+                                  ``BENCHMARKS``)
+``"hf:<name>[:<split>]"``         ``load_hf_dataset(name, split)`` (split default
+                                  ``"test"``)
+================================  ======================================================
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import reprlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marti_env.tasks.files import load_tasks
+from marti_env.tasks.hf import load_hf_dataset
+from marti_env.tasks.task import Task
+
+__all__ = ["BENCHMARKS", "DATA_DIR_ENV", "ListTasks", "TaskSource", "data_dir", "make_task_source"]
+
+DATA_DIR_ENV = "MARTI_DATA_DIR"
+"""Environment variable that overrides :func:`data_dir`."""
+
+BENCHMARKS: dict[str, str] = {
+    "gsm8k/test": "gsm8k/test.jsonl",
+    "gsm8k/train": "gsm8k/train.jsonl",
+    "math500": "math/math500.json",
+    "aime24": "math/aime24.json",
+    "amc": "math/amc.json",
+    "math_train": "math/math_train_level3to5.json",
+    "minerva": "math/minerva.json",
+    "olympiad_bench": "math/olympiad_bench.json",
+}
+"""Short names of the shared benchmark files, relative to :func:`data_dir`. Rows without
+an id get ``<short name>/<row index>`` (e.g. ``"gsm8k/test/17"``)."""
+
+_SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "arithmetic": ("seed", "levels", "size", "split"),
+    "file": ("path", "prompt_field", "answer_field"),
+    "hf": ("name", "split", "config", "prompt_field", "answer_field"),
+}
+_REQUIRED_KEYS = {"file": ("path",), "hf": ("name",)}
+
+
+class TaskSource(ABC):
+    """A finite, indexable collection of tasks.
+
+    Contract: ``len(source) >= 1``; ``source[i]`` for ``0 <= i < len(source)`` is a
+    :class:`Task` and always the same one; ``sample(rng)`` is uniform over the indices and
+    depends only on the generator's state.
+    """
+
+    name: str
+    """A short human-readable description (used in logs and errors)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __getitem__(self, index: int) -> Task: ...
+
+    def __iter__(self) -> Iterator[Task]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def sample(self, rng: np.random.Generator) -> Task:
+        """Draw one task uniformly at random with ``rng`` (one ``rng.integers`` call)."""
+        return self[int(rng.integers(len(self)))]
+
+    def _check_index(self, index: int) -> int:
+        """Normalise ``index`` (negative counts from the end); raise IndexError/TypeError."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"{self.name}: task index must be an int, got {index!r}")
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"{self.name}: task index {index} out of range for {n} tasks")
+        return i
+
+
+class ListTasks(TaskSource):
+    """A fixed list of tasks (from a file, a dataset, or built by hand).
+
+    Args:
+        tasks: At least one task; ids must be unique.
+        name: Description of where the tasks came from.
+
+    Raises:
+        ValueError: ``tasks`` is empty or has a duplicate id.
+        TypeError: An element is not a :class:`Task`.
+    """
+
+    def __init__(self, tasks: Sequence[Task], name: str) -> None:
+        tasks = tuple(tasks)
+        if not tasks:
+            raise ValueError(f"task source {name!r} has no tasks")
+        seen: set[str] = set()
+        for i, task in enumerate(tasks):
+            if not isinstance(task, Task):
+                raise TypeError(f"task source {name!r}: element {i} is not a Task: {task!r}")
+            if task.id in seen:
+                raise ValueError(f"task source {name!r}: duplicate task id {task.id!r}")
+            seen.add(task.id)
+        self._tasks = tasks
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __getitem__(self, index: int) -> Task:
+        return self._tasks[self._check_index(index)]
+
+    def __repr__(self) -> str:
+        return f"ListTasks(<{len(self)} tasks>, name={self.name!r})"
+
+
+def data_dir() -> Path:
+    """The directory holding the shared benchmark files.
+
+    ``$MARTI_DATA_DIR`` if set and not empty, else ``<repo root>/../shared/data`` where the
+    repo root is the directory containing the ``marti_env`` package. The directory is not
+    required to exist; loading a benchmark from it reports a missing file.
+    """
+    override = os.environ.get(DATA_DIR_ENV)
+    if override:
+        return Path(override).expanduser()
+    repo_root = Path(__file__).resolve().parents[2]
+    return repo_root.parent / "shared" / "data"
+
+
+def make_task_source(spec: Any, *, limit: int | None = None) -> TaskSource:
+    """Build a :class:`TaskSource` from a config value (see the module docstring's table).
+
+    Args:
+        spec: A task source, a list of tasks, a name, a path, ``"hf:..."`` or a dict.
+        limit: Keep at most the first ``limit`` tasks (>= 1); ``None`` keeps all.
+
+    Raises:
+        ValueError: An unknown spec (the message lists the accepted forms and close names),
+            a dict with an unknown or missing key, or a bad ``limit``.
+        FileNotFoundError: A benchmark or file that does not exist (the message names the
+            directory searched and ``MARTI_DATA_DIR``).
+        TaskDataError: A malformed file or dataset row.
+        ImportError: An ``hf:`` spec without the ``datasets`` package.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be None or an integer >= 1, got {limit!r}")
+    source = _make(spec, limit)
+    if limit is not None and len(source) > limit:
+        source = _head(source, limit)
+    return source
+
+
+def _make(spec: Any, limit: int | None) -> TaskSource:
+    from marti_env.tasks.arithmetic import ArithmeticTasks  # arithmetic imports this module
+
+    if isinstance(spec, TaskSource):
+        return spec
+    if isinstance(spec, (list, tuple)) and (not spec or isinstance(spec[0], Task)):
+        return ListTasks(spec, name="tasks")  # checks every element
+    if isinstance(spec, Mapping):
+        return _from_dict(spec, limit)
+    if isinstance(spec, Path):
+        return ListTasks(load_tasks(spec, limit), name=str(spec))
+    if isinstance(spec, str):
+        if spec == "arithmetic":
+            return ArithmeticTasks()
+        if spec in BENCHMARKS:
+            return _benchmark(spec, limit)
+        if spec.startswith("hf:"):
+            return _hf_string(spec, limit)
+        if spec.lower().endswith((".json", ".jsonl")):
+            return ListTasks(load_tasks(spec, limit), name=spec)
+    raise ValueError(_unknown_spec_message(spec))
+
+
+def _head(source: TaskSource, limit: int) -> TaskSource:
+    from marti_env.tasks.arithmetic import ArithmeticTasks
+
+    if isinstance(source, ArithmeticTasks):
+        return source.with_size(limit)
+    return ListTasks([source[i] for i in range(limit)], name=source.name)
+
+
+def _benchmark(short: str, limit: int | None) -> TaskSource:
+    root = data_dir()
+    path = root / BENCHMARKS[short]
+    if not path.is_file():
+        where = f"${DATA_DIR_ENV}" if os.environ.get(DATA_DIR_ENV) else "the default"
+        raise FileNotFoundError(
+            f"benchmark {short!r}: {path} not found (data directory {root}, from {where}); "
+            f"set {DATA_DIR_ENV} to the directory holding gsm8k/ and math/"
+        )
+    return ListTasks(load_tasks(path, limit, name=short), name=short)
+
+
+def _hf_string(spec: str, limit: int | None) -> TaskSource:
+    parts = spec[len("hf:") :].split(":")
+    if not parts[0] or len(parts) > 2 or (len(parts) == 2 and not parts[1]):
+        raise ValueError(
+            f"bad Hugging Face spec {spec!r}: expected 'hf:<name>' or 'hf:<name>:<split>'"
+        )
+    split = parts[1] if len(parts) == 2 else "test"
+    return ListTasks(load_hf_dataset(parts[0], split, limit=limit), name=spec)
+
+
+def _from_dict(spec: Mapping[str, Any], limit: int | None) -> TaskSource:
+    from marti_env.tasks.arithmetic import ArithmeticTasks
+
+    kind = spec.get("type")
+    if kind not in _SPEC_KEYS:
+        raise ValueError(
+            f"task source dict needs 'type' in {sorted(_SPEC_KEYS)}, got {dict(spec)!r}"
+        )
+    rest = {k: v for k, v in spec.items() if k != "type"}
+    unknown = sorted(set(rest) - set(_SPEC_KEYS[kind]))
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {unknown} for task source type {kind!r}; "
+            f"accepted: {list(_SPEC_KEYS[kind])}"
+        )
+    missing = [k for k in _REQUIRED_KEYS.get(kind, ()) if k not in rest]
+    if missing:
+        raise ValueError(f"task source type {kind!r} needs key(s) {missing}")
+    if kind == "arithmetic":
+        return ArithmeticTasks(**rest)
+    if kind == "file":
+        path = rest.pop("path")
+        return ListTasks(load_tasks(path, limit, **rest), name=str(path))
+    name = rest.pop("name")
+    split = rest.pop("split", "test")
+    return ListTasks(load_hf_dataset(name, split, limit=limit, **rest), name=f"hf:{name}:{split}")
+
+
+def _unknown_spec_message(spec: Any) -> str:
+    names = ["arithmetic", *BENCHMARKS]
+    close = difflib.get_close_matches(str(spec), names, n=3, cutoff=0.5)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    forms = [
+        "a TaskSource",
+        "a non-empty list of Task",
+        "'arithmetic'",
+        f"a benchmark name ({', '.join(BENCHMARKS)}) under data_dir() (${DATA_DIR_ENV})",
+        "a path ending in .json or .jsonl",
+        "'hf:<name>[:<split>]'",
+        f"a dict with 'type' in {sorted(_SPEC_KEYS)}",
+    ]
+    return f"unknown task source {reprlib.repr(spec)}.{hint} Accepted: {'; '.join(forms)}."

@@ -1,0 +1,133 @@
+"""The rules of a workflow, apart from the PettingZoo plumbing.
+
+A :class:`Workflow` says who speaks in each round, what each speaker is shown, and how the
+team's final answer is chosen. It is plain Python over :class:`~marti_env.record.Turn`
+lists, so the rules are tested with hand-written transcripts; :class:`marti_env.env.WorkflowEnv`
+is the thin PettingZoo adapter that drives any workflow.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from marti_env.record import Turn
+from marti_env.rewards.canonical import canonical_answer
+from marti_env.tasks.task import Task
+from marti_env.workflows.voting import majority_vote
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one agent is asked in one round: a prompt template and its field values."""
+
+    template: str
+    values: Mapping[str, str]
+
+
+def clip_middle(text: str, max_chars: int) -> str:
+    """``text`` if it fits in ``max_chars``, else its head and tail around an omission note.
+
+    Used for what an agent is *shown* of another's response; the episode record keeps the
+    full text. Keeps the tail because the final answer sits at the end of a solution.
+    """
+    if len(text) <= max_chars:
+        return text
+    note = f"\n[... {len(text) - max_chars} characters omitted ...]\n"
+    head = max_chars // 4
+    return text[:head] + note + text[len(text) - (max_chars - head) :]
+
+
+class Workflow(ABC):
+    """Rules of a multi-agent workflow.
+
+    Subclasses set ``name``, ``templates`` (template name -> allowed fields) and implement
+    the abstract methods. Construction validates the workflow's own arguments and raises
+    ``ValueError`` naming the bad one.
+
+    Attributes:
+        agents: Agent names, ``<role>_<i>``, in a fixed order.
+        num_rounds: Number of rounds; every episode lasts exactly this many env steps.
+        max_shared_chars: What an agent is shown of another's response is clipped to this
+            many characters (head and tail kept).
+    """
+
+    name: ClassVar[str]
+    templates: ClassVar[Mapping[str, frozenset[str]]]
+    agents: tuple[str, ...]
+    num_rounds: int
+
+    def __init__(self, *, max_shared_chars: int = 6000) -> None:
+        if max_shared_chars < 200:
+            raise ValueError(f"max_shared_chars must be >= 200, got {max_shared_chars}")
+        self.max_shared_chars = max_shared_chars
+
+    @abstractmethod
+    def role(self, agent: str) -> str:
+        """The role of ``agent`` (e.g. ``"debater"``)."""
+
+    @abstractmethod
+    def actors(self, round: int) -> tuple[str, ...]:
+        """The agents that act in ``round``, in the order their turns are recorded."""
+
+    @abstractmethod
+    def request(
+        self,
+        agent: str,
+        round: int,
+        task: Task,
+        transcript: Sequence[Turn],
+        rng: np.random.Generator,
+    ) -> Request:
+        """What ``agent`` is asked in ``round``, given the turns taken so far.
+
+        ``rng`` is the episode's generator (for seeded shuffles); a workflow must draw from
+        it the same amount whatever the transcript says, so episodes stay reproducible.
+        """
+
+    @abstractmethod
+    def rule_inputs(self, transcript: Sequence[Turn]) -> dict[str, str | None]:
+        """The answers the final-answer rule reads, by agent (e.g. the last debate round)."""
+
+    @abstractmethod
+    def final_rule(self, answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:
+        """The team's final answer given the rule's inputs (pure: also used by credit
+        methods to ask "what would the team have answered without this agent?")."""
+
+    # -- shared helpers -------------------------------------------------------------------
+
+    def final_answer(self, transcript: Sequence[Turn], tie_order: Sequence[str]) -> str | None:
+        return self.final_rule(self.rule_inputs(transcript), tie_order)
+
+    def shown(self, turn: Turn) -> str:
+        """How a turn's response is shown to other agents."""
+        return clip_middle(turn.response, self.max_shared_chars)
+
+    @staticmethod
+    def vote(answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:
+        """Majority vote over canonical answers (see :func:`majority_vote`)."""
+        return majority_vote(answers, tie_order, canonical_answer)
+
+    def describe(self) -> dict[str, Any]:
+        """Who acts in each round, for ``pprint``/docs."""
+        return {
+            r: [f"{a} ({self.role(a)})" for a in self.actors(r)] for r in range(self.num_rounds)
+        }
+
+
+def check_int(name: str, value: Any, low: int, high: int) -> int:
+    """Validate an integer workflow argument, naming it in the error."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+    return int(value)
+
+
+def numbered(responses: Sequence[str], label: str) -> str:
+    """``"<label> 1:\\n...\\n\\n<label> 2:\\n..."``: how several responses are shown together."""
+    return "\n\n".join(f"{label} {i}:\n{text}" for i, text in enumerate(responses, start=1))

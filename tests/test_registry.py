@@ -1,0 +1,124 @@
+"""The registry: ids, overrides, YAML specs and their errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import marti_env
+from marti_env.registry import load_spec_file
+from marti_env.workflows import Debate
+
+
+def test_make_returns_parallel_env_with_defaults():
+    env = marti_env.make("mad-v0")
+    assert env.possible_agents == ["debater_0", "debater_1", "debater_2"]
+    assert env.workflow.num_rounds == 2
+    assert env.metadata["name"] == "mad-v0"
+
+
+def test_overrides_reach_the_workflow():
+    env = marti_env.make("mad-v0", num_agents=2, rounds=3, include_self=False)
+    assert env.workflow.num_agents == 2 and env.workflow.num_rounds == 3
+    assert env.workflow.include_self is False
+
+
+def test_unknown_id_suggests_closest():
+    with pytest.raises(ValueError, match=r"did you mean [^)]*'mad-v0'"):
+        marti_env.make("mda-v0")
+
+
+def test_versionless_and_wrong_version():
+    with pytest.raises(ValueError, match="mad-v0"):
+        marti_env.make("mad")
+    with pytest.raises(ValueError, match=r"no such version.*mad-v0"):
+        marti_env.make("mad-v7")
+
+
+def test_unknown_override_names_key_and_allowed():
+    with pytest.raises(ValueError, match=r"'num_agent'.*did you mean 'num_agents'.*allowed:"):
+        marti_env.make("mad-v0", num_agent=2)
+    with pytest.raises(ValueError, match="num_proposers"):
+        marti_env.make("moa-v0", num_agents=2)  # a debate argument on moa
+
+
+def test_bad_override_value():
+    with pytest.raises(ValueError, match="rounds"):
+        marti_env.make("mad-v0", rounds=-1)
+    with pytest.raises(ValueError, match="api"):
+        marti_env.make("mad-v0", api="gym")
+    with pytest.raises(ValueError, match="credit"):
+        marti_env.make("mad-v0", credit="nonee")
+
+
+def test_prompt_override_is_validated():
+    env = marti_env.make("single-v0", prompts={"solve": "Solve: {{problem}}"})
+    obs, _ = env.reset(seed=0)
+    assert obs["solver_0"]["messages"][-1]["content"].startswith("Solve: ")
+    with pytest.raises(ValueError, match=r"\{\{problm\}\}"):
+        marti_env.make("single-v0", prompts={"solve": "Solve: {{problm}}"})
+    with pytest.raises(ValueError, match="unknown prompt template"):
+        marti_env.make("single-v0", prompts={"debate": "x"})
+
+
+def test_observation_is_chat_messages_with_worked_example():
+    env = marti_env.make("single-v0")
+    obs, _ = env.reset(seed=0)
+    messages = obs["solver_0"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert "\\boxed{5}" in messages[1]["content"]
+    assert env.record.task.prompt in messages[-1]["content"]
+    assert "\\boxed{}" in messages[-1]["content"]
+
+
+def test_register_custom_env_and_spec():
+    spec = marti_env.register(
+        "tiny-debate-v3",
+        Debate,
+        kwargs={"num_agents": 2, "rounds": 1},
+        prompts={"solve": "{{problem}}", "debate": "{{problem}} {{responses}}"},
+        summary="test",
+    )
+    try:
+        assert marti_env.spec("tiny-debate-v3") is spec
+        assert spec.name == "tiny-debate" and spec.version == 3
+        env = marti_env.make("tiny-debate-v3")
+        assert len(env.possible_agents) == 2
+        with pytest.raises(ValueError, match="already registered"):
+            marti_env.register("tiny-debate-v3", Debate, prompts=spec.prompts)
+    finally:
+        del marti_env.registry["tiny-debate-v3"]
+
+
+def test_register_rejects_bad_ids_and_args():
+    with pytest.raises(ValueError, match="name-vN"):
+        marti_env.register("nodash", "mad", prompts={})
+    with pytest.raises(ValueError, match="unknown workflow 'madd'"):
+        marti_env.register("x-v0", "madd", prompts={})
+    with pytest.raises(ValueError, match="'num_agnts'"):
+        marti_env.register("x-v0", "mad", kwargs={"num_agnts": 3}, prompts={})
+    assert "x-v0" not in marti_env.registry
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id: a-v0\nworkflow: single\nprompts: {solve: '{{problem}}'}\ncolour: red\n", "colour"),
+        ("id: a-v0\nworkflow: single\n", "missing key 'prompts'"),
+        ("id: a-v0\nworkflow: single\nprompts: {}\n", "missing prompt template 'solve'"),
+        ("id: a-v0\nworkflow: single\nprompts: {solve: {user: x, exampels: []}}\n", "exampels"),
+        ("id: [unclosed\n", "invalid YAML"),
+    ],
+)
+def test_yaml_spec_errors_name_the_file(tmp_path, text, message):
+    path = tmp_path / "bad-v0.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        load_spec_file(path)
+    assert "bad-v0.yaml" in str(info.value)
+    assert "a-v0" not in marti_env.registry
+
+
+def test_pprint_registry_lists_every_env():
+    text = marti_env.pprint_registry(print_output=False)
+    for env_id in ("mad-v0", "moa-v0", "chain-v0", "single-v0", "majority-v0"):
+        assert env_id in text
