@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from marti_env.credit import credit_params, make_credit
 from marti_env.env import WorkflowEnv
 from marti_env.prompts import Prompts
 from marti_env.rewards import make_reward
-from marti_env.tasks import make_task_source
+from marti_env.tasks import ListTasks, TaskSource, make_task_source
 from marti_env.workflows import WORKFLOWS, Workflow
 
 _ID = re.compile(r"^(?P<name>[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)-v(?P<version>\d+)$")
@@ -187,7 +188,9 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
         env_id=id,
         workflow=workflow,
         prompts=prompts,
-        tasks=make_task_source(args["tasks"]),
+        tasks=_labelled(make_task_source(args["tasks"]), id)
+        if reward
+        else make_task_source(args["tasks"]),
         reward=reward,
         credit=make_credit(args["credit"], **credit_options),
         max_response_chars=args["max_response_chars"],
@@ -255,6 +258,28 @@ def load_spec_file(path: str | Path) -> EnvSpec:
 def register_standard_envs() -> None:
     for path in sorted(envs_dir().glob("*.yaml")):
         load_spec_file(path)
+
+
+def _labelled(tasks: TaskSource, env_id: str) -> TaskSource:
+    """``tasks`` without the tasks that have no reference answer, with a warning naming them
+    (e.g. two rows of MATH train have an empty answer); an error if none is left."""
+    if not isinstance(tasks, ListTasks):
+        return tasks
+    missing = [t.id for t in tasks if t.answer is None]
+    if not missing:
+        return tasks
+    if len(missing) == len(tasks):
+        raise ValueError(
+            f"{env_id}: no task of {tasks.name} has a reference answer; use reward='ttrl' "
+            "for label-free rewards"
+        )
+    warnings.warn(
+        f"{env_id}: dropping {len(missing)} of {len(tasks)} tasks of {tasks.name} that have no "
+        f"reference answer ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); "
+        "reward='ttrl' uses them",
+        stacklevel=3,
+    )
+    return ListTasks([t for t in tasks if t.answer is not None], name=tasks.name)
 
 
 def _merge_prompts(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -154,9 +154,15 @@ def test_label_free_ttrl_mode():
 
 
 def test_labelled_reward_needs_an_answer():
-    env = marti_env.make("single-v0", tasks=[Task("u/0", "2+2?", None, "x")])
     with pytest.raises(ValueError, match="ttrl"):
-        env.reset(seed=0)
+        marti_env.make("single-v0", tasks=[Task("u/0", "2+2?", None, "x")])
+    with pytest.warns(UserWarning, match=r"dropping 1 of 2 tasks .*u/0"):
+        env = marti_env.make("single-v0", tasks=[Task("u/0", "2+2?", None, "x"), TASKS[0]])
+    env.reset(seed=0)
+    assert env.record.task == TASKS[0]
+    env = marti_env.make("single-v0", tasks=TASKS)
+    with pytest.raises(ValueError, match="ttrl"):  # an unlabelled task passed at reset
+        env.reset(seed=0, options={"task": Task("u/0", "2+2?", None, "x")})
 
 
 def test_reset_options_validated():

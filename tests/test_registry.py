@@ -122,3 +122,13 @@ def test_pprint_registry_lists_every_env():
     text = marti_env.pprint_registry(print_output=False)
     for env_id in ("mad-v0", "moa-v0", "chain-v0", "single-v0", "majority-v0"):
         assert env_id in text
+
+
+def test_shared_benchmark_files_as_task_sources(shared_data):
+    env = marti_env.make("single-v0", tasks="gsm8k/test")
+    env.reset(seed=0)
+    assert env.record.task.id.startswith("gsm8k/test/")
+    # MATH train has two rows with an empty answer: dropped with a warning naming them.
+    with pytest.warns(UserWarning, match="dropping 2 of 8890"):
+        env = marti_env.make("mad-v0", tasks="math_train")
+    assert len(env.tasks) == 8888
