@@ -1,0 +1,34 @@
+"""Credit-assignment methods x envs x seeds, fast tier (simulated agents, no LLM).
+
+    python benchmarks/bench_credit.py --methods none,score,quality,shapley --seeds 0,1,2
+    python benchmarks/bench_credit.py --import docs/examples/my_credit.py --methods none,team_share
+
+The same as ``marti bench credit`` (same options; see marti_trainer/bench_cli.py). Prints
+the table (mean ± std over seeds of attr, attr_within, acc_final, acc_auc per env and
+method) and writes CSV, JSON and a PNG to ``--out`` (default runs/bench_credit__<time>).
+About 10 s per env and seed for the nine built-ins on one core with the default budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from marti_trainer.bench_cli import add_credit_arguments, run_credit_bench
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_credit_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_credit_bench(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"bench_credit: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The fast tier of the credit benchmark: simulated agents in the real envs, no LLM.
+
+>>> from marti_env.credit.bench import BenchConfig, run_benchmark, write_outputs
+>>> result = run_benchmark(["none", "shapley"], ["mad-v0"], seeds=[0],
+...                        config=BenchConfig(updates=2, batch=2, eval_episodes=4,
+...                                           attr_configs=1, attr_episodes=4))
+>>> sorted(result.summary()[0])[:3]
+['acc_auc_mean', 'acc_auc_std', 'acc_final_mean']
+
+Pure numpy (matplotlib only for the plot, imported on use). The command line is
+``marti bench credit`` (:mod:`marti_trainer.bench_cli`); the metrics are defined in
+:mod:`marti_env.credit.bench.harness`, the simulated agents in
+:mod:`marti_env.credit.bench.sim`.
+"""
+
+from __future__ import annotations
+
+from marti_env.credit.bench.harness import (
+    METRICS,
+    BenchConfig,
+    BenchResult,
+    EnvChoice,
+    MethodSpec,
+    env_choice,
+    method_spec,
+    run_benchmark,
+)
+from marti_env.credit.bench.report import plot, write_outputs
+from marti_env.credit.bench.sim import (
+    SimTeam,
+    marginal_contributions,
+    play,
+    policy_gradient,
+    rank_correlation,
+    team_accuracy,
+)
+
+__all__ = [
+    "METRICS",
+    "BenchConfig",
+    "BenchResult",
+    "EnvChoice",
+    "MethodSpec",
+    "SimTeam",
+    "env_choice",
+    "marginal_contributions",
+    "method_spec",
+    "play",
+    "plot",
+    "policy_gradient",
+    "rank_correlation",
+    "run_benchmark",
+    "team_accuracy",
+    "write_outputs",
+]

@@ -1,0 +1,238 @@
+"""The fast credit benchmark: simulated agents in the real envs, REINFORCE, metrics, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import marti_env
+from marti_env import Task
+from marti_env.credit.bench import (
+    BenchConfig,
+    SimTeam,
+    marginal_contributions,
+    play,
+    policy_gradient,
+    rank_correlation,
+    run_benchmark,
+    team_accuracy,
+    write_outputs,
+)
+from marti_env.credit.bench.sim import PERSUADE, SKILL, Played
+from marti_env.record import EpisodeRecord, Turn
+from marti_trainer.bench_cli import add_bench_parser
+
+SURE, NEVER = 50.0, -50.0  # logits whose sigmoid is 1.0 / ~1e-22: deterministic choices
+TINY = BenchConfig(updates=2, batch=4, eval_episodes=8, attr_configs=1, attr_episodes=8)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def team(env, rows) -> SimTeam:
+    """rows: (skill logit, persuadability logit) per agent, in possible_agents order."""
+    return SimTeam(tuple(env.possible_agents), np.array(rows, dtype=float))
+
+
+def user(content: str) -> tuple[dict[str, str], ...]:
+    return ({"role": "user", "content": content},)
+
+
+TASK = Task("q", "What is 3 + 4?", "7", "test")
+
+
+# --- the simulated agents ---------------------------------------------------------------
+
+
+def test_agent_behaviour_by_role():
+    sim = SimTeam(("a",), np.array([[SURE, SURE]]))
+    rng = np.random.default_rng(0)
+    # nothing shown: solve (skill 1 -> right), one SKILL choice
+    text, choices = sim.act("a", "debater", user("What is 3 + 4? \\boxed{}"), TASK, rng)
+    assert text.endswith("\\boxed{7}") and choices == [(SKILL, True)]
+    # shown answers: defer to their majority (persuadability 1)
+    shown = user("Response 1: \\boxed{5}\nResponse 2: \\boxed{5}\nResponse 3: \\boxed{7}")
+    text, choices = sim.act("a", "aggregator", shown, TASK, rng)
+    assert text.endswith("\\boxed{5}") and choices == [(PERSUADE, True)]
+    # verifier with skill 1 judges right; refiner following "correct" keeps the solution
+    text, _ = sim.act("a", "verifier", user("Proposed solution: \\boxed{8}"), TASK, rng)
+    assert "VERDICT: wrong" in text and "\\boxed" not in text
+    text, choices = sim.act("a", "refiner", user("\\boxed{8}\nVERDICT: correct"), TASK, rng)
+    assert text.endswith("\\boxed{8}") and choices == [(PERSUADE, True)]
+    # not persuadable: solves itself
+    stubborn = SimTeam(("a",), np.array([[NEVER, NEVER]]), num_distractors=1)
+    text, choices = stubborn.act("a", "debater", shown, TASK, rng)
+    assert text.endswith("\\boxed{8}")  # skill 0: the one distractor, 7 + 1
+    assert choices == [(PERSUADE, False), (SKILL, False)]
+
+
+def test_perfect_and_hopeless_teams_through_the_real_envs():
+    for env_id in ("mad-v0", "moa-v0", "chain-v0", "single-v0", "majority-v0"):
+        env = marti_env.make(env_id)
+        n = len(env.possible_agents)
+        assert team_accuracy(env, team(env, [[SURE, NEVER]] * n), range(5), 0) == 1.0
+        assert team_accuracy(env, team(env, [[NEVER, NEVER]] * n), range(5), 0) == 0.0
+        played = play(env, team(env, [[0.0, 0.0]] * n), 3, 0)
+        assert len(played.decisions) == len(played.record.turns) > 0
+
+
+def test_persuadable_debaters_copy_the_majority_they_are_shown():
+    env = marti_env.make("mad-v0", num_agents=3, rounds=2)
+    # d0, d1 always right and stubborn; d2 never right, always defers -> round 1 copies 7
+    played = play(env, team(env, [[SURE, NEVER], [SURE, NEVER], [NEVER, SURE]]), 0, 0)
+    answers = [
+        (t.round, t.agent, t.answer == played.record.task.answer) for t in played.record.turns
+    ]
+    assert (0, "debater_2", False) in answers and (1, "debater_2", True) in answers
+
+
+def test_common_random_numbers_replay_other_agents():
+    env = marti_env.make("mad-v0")
+    sim = team(env, [[0.0, 0.0]] * 3)
+    a = play(env, sim, 11, 5).record
+    b = play(env, sim, 11, 5).record
+    assert [t.response for t in a.turns] == [t.response for t in b.turns]
+    c = play(env, sim, 11, 5, absent="debater_2").record
+    assert [t.response for t in c.turns if t.round == 0][:2] == [
+        t.response for t in a.turns if t.round == 0
+    ][:2]
+    assert all(t.response == "" for t in c.turns if t.agent == "debater_2")
+
+
+def test_true_marginal_contributions():
+    # MoA: the aggregator solves alone (never defers) and is always right: it alone matters
+    env = marti_env.make("moa-v0", num_proposers=2)
+    acc, contrib = marginal_contributions(
+        env, team(env, [[0.0, 0.0]] * 2 + [[SURE, NEVER]]), range(10), 0
+    )
+    assert acc == 1.0 and contrib == {"proposer_0": 0.0, "proposer_1": 0.0, "aggregator_0": 1.0}
+    # aggregator always defers to the proposals: a perfect proposer carries the team
+    sim = team(env, [[SURE, NEVER], [NEVER, NEVER], [NEVER, SURE]])
+    acc, contrib = marginal_contributions(env, sim, range(10), 0)
+    # both proposals shown: 7 and a wrong one tie 1-1, the aggregator picks either.
+    # Without proposer_0 only the wrong one is left: contribution = acc.
+    assert contrib["proposer_0"] == pytest.approx(acc) and contrib["aggregator_0"] == acc
+    assert contrib["proposer_1"] <= 0.0
+
+
+# --- REINFORCE --------------------------------------------------------------------------
+
+
+def _played(agent: str, reward: float, taken: bool) -> Played:
+    turn = Turn(0, 0, agent, "solver", (), "", None, 0.0, reward=reward)
+    return Played(EpisodeRecord("single-v0", TASK, [turn]), [[(SKILL, taken)]])
+
+
+def test_policy_gradient_by_hand():
+    sim = SimTeam(("solver_0",), np.array([[0.0, 0.0]]))  # p = 0.5
+    batch = [_played("solver_0", 1.0, True), _played("solver_0", 0.0, False)]
+    # slot mean 0.5, std 0.5 -> A = +1, -1;  grad = 1/2 (1 * (1 - .5) + -1 * (0 - .5)) = 0.5
+    assert policy_gradient(sim, batch)[0, SKILL] == pytest.approx(0.5)
+    # without normalising: A = +-0.5 -> grad = 1/2 (0.25 + 0.25) = 0.25
+    assert policy_gradient(sim, batch, normalize=False)[0, SKILL] == pytest.approx(0.25)
+    assert policy_gradient(sim, batch)[0, PERSUADE] == 0.0
+    # equal rewards: no signal
+    same = [_played("solver_0", 1.0, True), _played("solver_0", 1.0, False)]
+    assert policy_gradient(sim, same)[0, SKILL] == 0.0
+
+
+def test_training_on_credited_rewards_improves_the_team():
+    config = BenchConfig(updates=15, batch=16, lr=0.5, eval_episodes=100, attr_configs=0)
+    result = run_benchmark(["score"], ["single-v0"], seeds=[0], config=config)
+    row = result.rows[0]
+    assert row["acc_final"] > row["acc_start"] + 0.1
+
+
+def test_rank_correlation():
+    assert rank_correlation([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert rank_correlation([3, 2, 1], [10, 20, 30]) == pytest.approx(-1.0)
+    # ties get average ranks: x ranks (0.5, 0.5, 2), y ranks (0, 1, 2) -> r = 0.866
+    assert rank_correlation([1, 1, 2], [1, 2, 3]) == pytest.approx(np.sqrt(3) / 2)
+    assert np.isnan(rank_correlation([1, 1, 1], [1, 2, 3]))
+
+
+# --- the harness ------------------------------------------------------------------------
+
+
+def test_benchmark_is_deterministic_and_writes_outputs(tmp_path):
+    methods = ["none", "shapley", "quality:alpha=0.3:scope=agent"]
+    a = run_benchmark(methods, ["mad-v0:num_agents=2", "chain-v0"], seeds=[0, 1], config=TINY)
+    b = run_benchmark(methods, ["mad-v0:num_agents=2", "chain-v0"], seeds=[0, 1], config=TINY)
+
+    def strip(rows):  # repr: nan == nan
+        return repr([{k: v for k, v in r.items() if k != "seconds"} for r in rows])
+
+    assert strip(a.rows) == strip(b.rows)
+    assert len(a.rows) == 3 * 2 * 2
+    table = a.table()
+    assert "quality:alpha=0.3:scope=agent" in table and "chain-v0" in table
+    assert "n/a" in table  # chain-v0 has one agent per role: no attr_within
+    paths = write_outputs(a, tmp_path, plot_png=False)
+    data = json.loads(paths["json"].read_text())  # strict JSON: n/a is null, not NaN
+    assert len(data["rows"]) == 12 and len(data["summary"]) == 6
+    assert data["rows"][-1]["attr_within"] is None
+    assert paths["rows_csv"].read_text().startswith("env,method,seed,attr,attr_within")
+
+
+def test_bad_specs_are_named():
+    with pytest.raises(ValueError, match=r"credit method 'quality'.*alpha"):
+        run_benchmark(["quality:alpha=-1"], ["mad-v0"], config=TINY)
+    with pytest.raises(ValueError, match=r"unknown credit method 'qualty'.*did you mean"):
+        run_benchmark(["qualty"], ["mad-v0"], config=TINY)
+    with pytest.raises(ValueError, match="expected key=value"):
+        run_benchmark(["quality:alpha"], ["mad-v0"], config=TINY)
+    with pytest.raises(ValueError, match="unique"):
+        run_benchmark(["none", "none"], ["mad-v0"], config=TINY)
+    with pytest.raises(ValueError, match=r"BenchConfig\.lr"):
+        BenchConfig(lr=0)
+
+
+# --- the CLI and the documented example -------------------------------------------------
+
+
+def cli(argv):
+    parser = argparse.ArgumentParser(prog="marti")
+    add_bench_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+SMALL = ["--updates", "2", "--batch", "4", "--eval-episodes", "8", "--attr-configs", "1"]
+SMALL += ["--attr-episodes", "8", "--no-plot", "--quiet"]
+
+
+def test_cli_llm_tier_needs_the_trainer(tmp_path):
+    with pytest.raises(ValueError, match=r"needs the trainer \(issue 5\)"):
+        cli(["bench", "credit", "--tier", "llm", "--out", str(tmp_path)])
+
+
+@pytest.fixture
+def forget_round_relative():
+    """The docs example registers a method; unregister it after the test."""
+    from marti_env.credit.base import _CREDIT
+
+    yield
+    _CREDIT.pop("round_relative", None)
+
+
+@pytest.mark.usefixtures("forget_round_relative")
+def test_docs_example_registers_and_benchmarks(tmp_path, capsys):
+    text = (REPO / "docs" / "credit.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(\"\"\"my_credit\.py.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 30
+    example = tmp_path / "my_credit.py"
+    example.write_text(code, encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["bench", "credit", "--import", str(example), "--methods", "none,round_relative:w=2"]
+    assert cli([*argv, "--envs", "mad-v0", "--seeds", "0", "--out", str(out), *SMALL]) == 0
+    printed = capsys.readouterr().out
+    assert "round_relative:w=2" in printed
+    assert (out / "results.csv").is_file() and (out / "summary.csv").is_file()
+    # the registered method is usable by make() too, with its option validated
+    env = marti_env.make("mad-v0", credit="round_relative", w=1.0)
+    assert env.credit.name == "round_relative"
+    with pytest.raises(ValueError, match="w must be"):
+        marti_env.make("mad-v0", credit="round_relative", w=-1.0)
