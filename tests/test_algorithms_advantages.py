@@ -1,0 +1,296 @@
+"""Advantage estimators against hand-computed tables (derivations in the comments)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from marti_trainer.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    compute_advantages,
+    dr_grpo_advantages,
+    group_ids_from_keys,
+    grpo_advantages,
+    masked_whiten,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    reinforce_pp_returns,
+    rloo_advantages,
+)
+
+F64 = torch.float64
+
+
+def t(values, dtype=F64) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+def ids(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def assert_values(actual: torch.Tensor, expected, atol: float = 1e-6) -> None:
+    torch.testing.assert_close(actual, t(expected, actual.dtype), atol=atol, rtol=0)
+
+
+# Two groups with non-contiguous, unsorted ids and a singleton:
+#   group 10: rewards [1, 3] (positions 0, 2), group 3: [5, 7] (positions 1, 3),
+#   group 42: [2] (position 4).
+MIXED_REWARDS = [1.0, 5.0, 3.0, 7.0, 2.0]
+MIXED_IDS = [10, 3, 10, 3, 42]
+# Seven equal float32 rewards whose computed mean is off by rounding (7.5e-9).
+SEVEN_TENTHS = torch.full((7,), 0.1, dtype=torch.float32)
+
+
+# --- GRPO -------------------------------------------------------------------------------
+
+
+def test_grpo_one_group_uses_unbiased_std():
+    # rewards [1, 0, 0, 1]: mean 0.5, deviations ±0.5.
+    # unbiased var = 4 * 0.25 / (4 - 1) = 1/3, std = 1/sqrt(3)
+    # A = ±0.5 * sqrt(3) = ±sqrt(3)/2 ≈ ±0.866025  (the biased std 0.5 would give ±1).
+    adv = grpo_advantages(t([1, 0, 0, 1]), ids([0, 0, 0, 0]), eps=0.0)
+    h = math.sqrt(3) / 2
+    assert_values(adv, [h, -h, -h, h])
+
+
+def test_grpo_eps_is_added_to_std():
+    # A = 0.5 / (1/sqrt(3) + 0.1) = 0.5 / 0.677350 = 0.738171
+    adv = grpo_advantages(t([1, 0, 0, 1]), ids([0, 0, 0, 0]), eps=0.1)
+    a = 0.5 / (1 / math.sqrt(3) + 0.1)
+    assert_values(adv, [a, -a, -a, a])
+
+
+def test_grpo_groups_are_separate_and_singleton_is_zero():
+    # group 10: [1, 3], mean 2, unbiased std sqrt(((-1)^2 + 1^2) / 1) = sqrt(2) -> ∓1/sqrt(2)
+    # group 3:  [5, 7], mean 6, std sqrt(2) -> ∓1/sqrt(2)
+    # group 42: one sample -> 0
+    adv = grpo_advantages(t(MIXED_REWARDS), ids(MIXED_IDS), eps=0.0)
+    s = 1 / math.sqrt(2)
+    assert_values(adv, [-s, -s, s, s, 0.0])
+
+
+def test_grpo_all_equal_rewards_give_exact_zero():
+    # In float32 the mean of seven 0.1 differs from 0.1 by 7.5e-9 (rounding), and that
+    # over (std + eps) would not be 0; a constant group must still give exactly 0.
+    adv = grpo_advantages(SEVEN_TENTHS, ids([7] * 7))
+    assert torch.equal(adv, torch.zeros(7))
+
+
+def test_grpo_single_sample_batch():
+    assert torch.equal(grpo_advantages(t([5.0]), ids([0])), t([0.0]))
+
+
+def test_grpo_empty_batch():
+    assert grpo_advantages(t([]), ids([])).shape == (0,)
+
+
+# --- Dr. GRPO -----------------------------------------------------------------------------
+
+
+def test_dr_grpo_subtracts_group_mean_only():
+    # [1, 0, 0, 1] - 0.5
+    assert_values(dr_grpo_advantages(t([1, 0, 0, 1]), ids([0] * 4)), [0.5, -0.5, -0.5, 0.5])
+    # group 10: [1, 3] - 2 = [-1, 1]; group 3: [5, 7] - 6 = [-1, 1]; group 42: 2 - 2 = 0
+    assert_values(dr_grpo_advantages(t(MIXED_REWARDS), ids(MIXED_IDS)), [-1, -1, 1, 1, 0])
+
+
+def test_dr_grpo_all_equal_is_zero():
+    adv = dr_grpo_advantages(SEVEN_TENTHS, ids([1] * 7))
+    assert torch.equal(adv, torch.zeros(7))
+
+
+# --- RLOO ----------------------------------------------------------------------------------
+
+
+def test_rloo_leave_one_out_baseline():
+    # [1, 2, 3]: baselines are the means of the others: (2+3)/2, (1+3)/2, (1+2)/2
+    #   = 2.5, 2, 1.5 -> A = [1 - 2.5, 2 - 2, 3 - 1.5] = [-1.5, 0, 1.5]
+    # (= n/(n-1) (r - mean) = 1.5 * [-1, 0, 1]).
+    assert_values(rloo_advantages(t([1, 2, 3]), ids([0, 0, 0])), [-1.5, 0.0, 1.5])
+
+
+def test_rloo_groups_and_singleton():
+    # group 10: [1, 3] -> [1 - 3, 3 - 1] = [-2, 2]; group 3: [5, 7] -> [-2, 2];
+    # group 42: nobody to leave out -> 0
+    assert_values(rloo_advantages(t(MIXED_REWARDS), ids(MIXED_IDS)), [-2, -2, 2, 2, 0])
+
+
+def test_rloo_all_equal_is_zero():
+    adv = rloo_advantages(SEVEN_TENTHS, ids([4] * 7))
+    assert torch.equal(adv, torch.zeros(7))
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [grpo_advantages, dr_grpo_advantages, rloo_advantages])
+def test_group_estimators_reject_bad_inputs(fn):
+    with pytest.raises(ValueError, match="1-D"):
+        fn(t([[1.0, 0.0]]), ids([[0, 0]]))
+    with pytest.raises(ValueError, match="shape of rewards"):
+        fn(t([1.0, 0.0, 1.0]), ids([0, 0]))
+    with pytest.raises(ValueError, match="integer"):
+        fn(t([1.0, 0.0]), t([0.0, 0.0]))
+    with pytest.raises(ValueError, match="floating-point"):
+        fn(ids([1, 0]), ids([0, 0]))
+
+
+def test_group_ids_from_keys_first_appearance_order():
+    keys = [("t1", "solver", 0), ("t1", "critic", 0), ("t1", "solver", 0), ("t2", "solver", 0)]
+    out = group_ids_from_keys(keys)
+    assert out.dtype == torch.int64
+    assert out.tolist() == [0, 1, 0, 2]
+    assert group_ids_from_keys([]).shape == (0,)
+    with pytest.raises(TypeError):
+        group_ids_from_keys([["unhashable"]])
+
+
+def test_group_ids_from_keys_feed_grpo():
+    # Same rewards, grouped by agent: solver [1, 0] -> ±1/sqrt(2) * ... (std sqrt(0.5)):
+    # mean 0.5, unbiased std sqrt((0.25+0.25)/1) = sqrt(0.5) -> A = ±0.5/sqrt(0.5) = ±sqrt(0.5)
+    # critic [1, 1] -> 0
+    keys = [("t", "solver"), ("t", "critic"), ("t", "solver"), ("t", "critic")]
+    adv = grpo_advantages(t([1, 1, 0, 1]), group_ids_from_keys(keys), eps=0.0)
+    s = math.sqrt(0.5)
+    assert_values(adv, [s, 0, -s, 0])
+
+
+# --- REINFORCE++ -------------------------------------------------------------------------
+
+
+def test_returns_to_go_undiscounted_and_discounted():
+    rewards = t([[1, 2, 3, 4]])
+    mask = t([[1, 1, 1, 0]])
+    # gamma = 1: the masked reward 4 is dropped; G = [1+2+3, 2+3, 3, 0] = [6, 5, 3, 0]
+    assert_values(reinforce_pp_returns(rewards, mask), [[6, 5, 3, 0]])
+    # gamma = 0.5: G2 = 3, G1 = 2 + 0.5*3 = 3.5, G0 = 1 + 0.5*3.5 = 2.75
+    assert_values(reinforce_pp_returns(rewards, mask, gamma=0.5), [[2.75, 3.5, 3, 0]])
+
+
+def test_returns_to_go_across_a_masked_hole():
+    # mask [1, 0, 1]: the reward 9 under the hole is dropped, the output there is 0.
+    # gamma = 1: G = [1 + 0 + 2, (0 + 2 ->) 0, 2] = [3, 0, 2]
+    # gamma = 0.5 (positions count): G2 = 2, G1 = 0 + 1 = 1 (masked), G0 = 1 + 0.5 = 1.5
+    rewards, mask = t([[1, 9, 2]]), torch.tensor([[True, False, True]])
+    assert_values(reinforce_pp_returns(rewards, mask), [[3, 0, 2]])
+    assert_values(reinforce_pp_returns(rewards, mask, gamma=0.5), [[1.5, 0, 2]])
+
+
+def test_reinforce_pp_kl_penalty_returns_and_whitening():
+    # B=2, T=3, kl_coef=0.5. Masked kl entries are 100 to show they are ignored.
+    # row 0 (mask 1 1 1, reward 4, kl [4, 0, 2]):
+    #   token rewards -0.5*kl = [-2, 0, -1], + 4 at t=2 -> [-2, 0, 3]
+    #   returns: G2 = 3, G1 = 3, G0 = 1
+    # row 1 (mask 1 0 0, reward 1.5, kl [1, 100, 100]):
+    #   token rewards [-0.5 + 1.5] = [1] at t=0 (its last valid token) -> G0 = 1
+    # valid returns [1, 3, 3, 1]: mean 2, deviations [-1, 1, 1, -1], biased var 1, std 1
+    # -> A = [[-1, 1, 1], [-1, 0, 0]]   (unbiased std sqrt(4/3) would give ±0.866)
+    rewards = t([4.0, 1.5])
+    token_kl = t([[4, 0, 2], [1, 100, 100]])
+    mask = t([[1, 1, 1], [1, 0, 0]])
+    adv = reinforce_pp_advantages(rewards, token_kl, mask, kl_coef=0.5, eps=0.0)
+    assert_values(adv, [[-1, 1, 1], [-1, 0, 0]])
+
+
+def test_reinforce_pp_reward_goes_on_last_valid_token():
+    # row 0: mask [1, 0, 1, 0], reward 2 at t=2 -> returns [2, -, 2, -]
+    # row 1: mask [1, 1, 0, 0], reward 0 -> returns [0, 0, -, -]
+    # valid [2, 2, 0, 0]: mean 1, biased std 1 -> [[1, 0, 1, 0], [-1, -1, 0, 0]]
+    mask = t([[1, 0, 1, 0], [1, 1, 0, 0]])
+    adv = reinforce_pp_advantages(t([2.0, 0.0]), None, mask, kl_coef=0.0, eps=0.0)
+    assert_values(adv, [[1, 0, 1, 0], [-1, -1, 0, 0]])
+
+
+def test_reinforce_pp_fully_masked_row_is_ignored():
+    # row 2 has no valid token: its reward 5 is dropped and it does not enter the stats.
+    # valid returns [1, 1, 0, 0]: mean 0.5, biased std 0.5 -> [[1, 1], [-1, -1], [0, 0]]
+    mask = t([[1, 1], [1, 1], [0, 0]])
+    adv = reinforce_pp_advantages(t([1.0, 0.0, 5.0]), None, mask, kl_coef=0.0, eps=0.0)
+    assert_values(adv, [[1, 1], [-1, -1], [0, 0]])
+
+
+def test_reinforce_pp_constant_batch_is_zero():
+    # Seven equal returns: σ is rounding noise (~1e-8), so without the constant-batch rule the
+    # result would be noise / (σ + eps), not 0.
+    adv = reinforce_pp_advantages(SEVEN_TENTHS, None, torch.ones(7, 1), kl_coef=0.0)
+    assert torch.equal(adv, torch.zeros(7, 1))
+
+
+def test_reinforce_pp_rejects_bad_inputs():
+    mask = t([[1, 1]])
+    with pytest.raises(ValueError, match="needs token_kl"):
+        reinforce_pp_advantages(t([1.0]), None, mask, kl_coef=0.1)
+    with pytest.raises(ValueError, match="shape of mask"):
+        reinforce_pp_advantages(t([1.0]), t([[0.0, 0.0, 0.0]]), mask, kl_coef=0.1)
+    with pytest.raises(ValueError, match="rows"):
+        reinforce_pp_advantages(t([1.0, 2.0]), None, mask, kl_coef=0.0)
+    with pytest.raises(ValueError, match="kl_coef"):
+        reinforce_pp_advantages(t([1.0]), t([[0.0, 0.0]]), mask, kl_coef=-1.0)
+    with pytest.raises(ValueError, match="gamma"):
+        reinforce_pp_returns(t([[1.0, 0.0]]), mask, gamma=1.5)
+    with pytest.raises(ValueError, match="2-D"):
+        reinforce_pp_returns(t([1.0, 0.0]), t([1.0, 1.0]))
+
+
+def test_masked_whiten_by_hand():
+    # valid [1, 3, 5] (the 100 is masked): mean 3, biased var (4 + 0 + 4)/3 = 8/3
+    # -> [-2, 0, 2] / sqrt(8/3) = ∓1.224745
+    out = masked_whiten(t([[1, 3, 100], [5, 0, 0]]), t([[1, 1, 0], [1, 0, 0]]), eps=0.0)
+    a = 2 / math.sqrt(8 / 3)
+    assert_values(out, [[-a, 0, 0], [a, 0, 0]])
+
+
+# --- REINFORCE++-baseline ---------------------------------------------------------------------
+
+
+def test_reinforce_pp_baseline_group_mean_then_whitening():
+    # rewards [1, 0, 0, 1, 7], groups [0, 0, 0, 0, 1], T = 2, all valid.
+    # group baseline: [0.5, -0.5, -0.5, 0.5, 0] (the singleton becomes 0)
+    # returns (gamma 1, reward on the last token, no KL): each row [r', r']
+    # valid values: four 0.5, four -0.5, two 0 -> mean 0, biased var 8*0.25/10 = 0.2
+    # -> ±0.5 / sqrt(0.2) = ±sqrt(5)/2 ≈ ±1.118034, and 0
+    rewards = t([1, 0, 0, 1, 7])
+    mask = torch.ones(5, 2, dtype=F64)
+    adv = reinforce_pp_baseline_advantages(rewards, ids([0, 0, 0, 0, 1]), mask, eps=0.0)
+    a = math.sqrt(5) / 2
+    assert_values(adv, [[a, a], [-a, -a], [-a, -a], [a, a], [0, 0]])
+
+
+def test_reinforce_pp_baseline_kl_penalty_enters():
+    # rewards [1, 0] in one group -> [0.5, -0.5]. kl_coef 0.5, token_kl [[0, 2], [0, 0]]:
+    # row 0 token rewards [0, -1 + 0.5] = [0, -0.5] -> returns [-0.5, -0.5]
+    # row 1 token rewards [0, -0.5]              -> returns [-0.5, -0.5]
+    # all equal -> 0 everywhere. (Without the penalty it would be [[1, 1], [-1, -1]].)
+    mask = torch.ones(2, 2, dtype=F64)
+    args = (t([1, 0]), ids([0, 0]), mask)
+    with_kl = reinforce_pp_baseline_advantages(*args, token_kl=t([[0, 2], [0, 0]]), kl_coef=0.5)
+    assert torch.equal(with_kl, torch.zeros(2, 2, dtype=F64))
+    without_kl = reinforce_pp_baseline_advantages(*args, eps=0.0)
+    assert_values(without_kl, [[1, 1], [-1, -1]])
+
+
+# --- registry ----------------------------------------------------------------------------------
+
+
+def test_compute_advantages_dispatches_by_name():
+    rewards, groups = t([1, 2, 3]), ids([0, 0, 0])
+    # rloo by hand: [-1.5, 0, 1.5]; dr_grpo: [-1, 0, 1]
+    assert_values(compute_advantages("rloo", rewards=rewards, group_ids=groups), [-1.5, 0, 1.5])
+    assert_values(compute_advantages("dr_grpo", rewards=rewards, group_ids=groups), [-1, 0, 1])
+    assert set(ADVANTAGE_ESTIMATORS) == {
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+    }
+
+
+def test_compute_advantages_unknown_name_lists_valid_names():
+    with pytest.raises(ValueError, match="unknown advantage estimator 'gpro'") as err:
+        compute_advantages("gpro", rewards=t([1.0]), group_ids=ids([0]))
+    for name in ADVANTAGE_ESTIMATORS:
+        assert name in str(err.value)
