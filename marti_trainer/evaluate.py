@@ -1,0 +1,265 @@
+"""Evaluation: avg@k and maj@k accuracy of a team of policies on any registered env.
+
+``evaluate(env_id, tasks, policies, k)`` runs ``k`` episodes per task with the rollout
+engine and :func:`summarize` turns the batch into an :class:`EvalResult`. Because every env
+(``single-v0``, ``majority-v0``, ``mad-v0``, ``chain-v0``, ...) goes through the same
+harness and reports the tokens it generated, equal-inference-budget comparisons (MARTI's
+"multi-agent vs single agent at the same budget") are one call (or one ``marti eval``
+command) each.
+
+Metrics, for ``T`` tasks with ``k`` episodes each, ``o[t][i]`` the outcome (verifier score
+of the team's final answer, 1.0 right / 0.0 wrong) of episode ``i`` of task ``t``:
+
+- ``avg@k = (1/T) sum_t (1/k) sum_i o[t][i]``: expected single-episode accuracy.
+- ``maj@k = (1/T) sum_t o[t][m_t]`` where ``m_t`` is the first episode whose final answer
+  has the most common canonical form among task ``t``'s ``k`` final answers
+  (``marti_env.rewards.majority_answer``: episodes without an answer do not vote, ties go
+  to the answer seen first); 0 when no episode answered.
+- ``pass@k = (1/T) sum_t max_i o[t][i]``.
+- ``boxed_rate``: fraction of all turns whose response has a non-empty final ``\\boxed{}``
+  (every agent counts, including roles told not to answer, e.g. ``chain-v0``'s verifier);
+  ``final_answer_rate``: fraction of episodes whose team produced a final answer.
+- ``truncated_rate``: fraction of generations cut at ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from marti_env.rewards import canonical_answer, majority_answer
+from marti_env.tasks import Task, TaskSource
+from marti_trainer.policies.base import SamplingParams
+from marti_trainer.rollout import PolicySpec, RolloutBatch, rollout
+
+__all__ = ["EvalResult", "TaskResult", "evaluate", "format_table", "summarize"]
+
+
+@dataclass
+class TaskResult:
+    """One task's ``k`` episodes.
+
+    Attributes:
+        task_id: The task.
+        answer: Its reference answer.
+        outcomes: ``[k]`` episode outcomes, in episode order.
+        final_answers: ``[k]`` the team's final answers (None: no answer).
+        majority: The majority answer's canonical form (None if nobody answered).
+        majority_outcome: The outcome of the first episode that gave the majority answer
+            (0.0 if None).
+    """
+
+    task_id: str
+    answer: str | None
+    outcomes: list[float]
+    final_answers: list[str | None]
+    majority: str | None
+    majority_outcome: float
+
+
+@dataclass
+class EvalResult:
+    """Accuracy and cost of one evaluation (see the module docstring for the formulas).
+
+    Attributes:
+        env_id: The environment.
+        model: A label for the policy (model name), for tables.
+        num_tasks: ``T``.
+        k: Episodes per task.
+        avg_at_k, maj_at_k, pass_at_k: Accuracies in [0, 1].
+        boxed_rate: Fraction of turns with a non-empty final ``\\boxed{}``.
+        final_answer_rate: Fraction of episodes with a team answer.
+        truncated_rate: Fraction of generations cut at ``max_tokens``.
+        tokens_generated: Response tokens over every generation of every episode.
+        tokens_per_task: ``tokens_generated / num_tasks`` (the inference budget per problem
+            for ``k`` episodes).
+        requests: Generations (= turns).
+        wall_s: Wall-clock seconds of the rollout.
+        mode: Rollout mode.
+        max_concurrency: Requests in flight at most.
+        seed: Root seed.
+        sampling: The sampling parameters (as a dict), if one set was used for all agents.
+        per_task: One :class:`TaskResult` per task, in order.
+    """
+
+    env_id: str
+    model: str
+    num_tasks: int
+    k: int
+    avg_at_k: float
+    maj_at_k: float
+    pass_at_k: float
+    boxed_rate: float
+    final_answer_rate: float
+    truncated_rate: float
+    tokens_generated: int
+    tokens_per_task: float
+    requests: int
+    wall_s: float
+    mode: str = ""
+    max_concurrency: int = 0
+    seed: int = 0
+    sampling: dict[str, Any] | None = None
+    per_task: list[TaskResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write_json(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` as indented JSON (parent directories created)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
+        return path
+
+    def table(self) -> str:
+        """This result as a one-row table (see :func:`format_table`)."""
+        return format_table([self])
+
+
+def summarize(
+    batch: RolloutBatch,
+    model: str = "",
+    *,
+    seed: int = 0,
+    sampling: SamplingParams | None = None,
+) -> EvalResult:
+    """Compute the metrics of a finished rollout (pure: nothing is generated).
+
+    Args:
+        batch: A rollout of ``k = batch.n_samples`` episodes per task.
+        model: Label for the table.
+        seed: The rollout's root seed (recorded).
+        sampling: The rollout's sampling parameters (recorded).
+    """
+    k = batch.n_samples
+    episodes = batch.episodes
+    if not episodes or len(episodes) % k:
+        raise ValueError(f"batch has {len(episodes)} episodes, not a multiple of k={k}")
+    per_task: list[TaskResult] = []
+    for start in range(0, len(episodes), k):
+        group = episodes[start : start + k]
+        finals = [e.final_answer for e in group]
+        majority = majority_answer(finals)
+        maj_outcome = 0.0
+        if majority is not None:
+            maj_outcome = next(
+                e.outcome
+                for e in group
+                if e.final_answer is not None and canonical_answer(e.final_answer) == majority
+            )
+        per_task.append(
+            TaskResult(
+                task_id=group[0].task.id,
+                answer=group[0].task.answer,
+                outcomes=[e.outcome for e in group],
+                final_answers=finals,
+                majority=majority,
+                majority_outcome=maj_outcome,
+            )
+        )
+    num_tasks = len(per_task)
+    turns = [t for e in episodes for t in e.turns]
+    stats = batch.stats
+    return EvalResult(
+        env_id=batch.env_id,
+        model=model,
+        num_tasks=num_tasks,
+        k=k,
+        avg_at_k=sum(sum(t.outcomes) / k for t in per_task) / num_tasks,
+        maj_at_k=sum(t.majority_outcome for t in per_task) / num_tasks,
+        pass_at_k=sum(max(t.outcomes) for t in per_task) / num_tasks,
+        boxed_rate=sum(t.answer is not None for t in turns) / max(1, len(turns)),
+        final_answer_rate=sum(e.final_answer is not None for e in episodes) / len(episodes),
+        truncated_rate=sum(bool(t.meta.get("truncated")) for t in turns) / max(1, len(turns)),
+        tokens_generated=stats.tokens_generated,
+        tokens_per_task=stats.tokens_generated / num_tasks,
+        requests=stats.num_requests,
+        wall_s=stats.wall_s,
+        mode=stats.mode,
+        max_concurrency=stats.max_concurrency,
+        seed=seed,
+        sampling=asdict(sampling) if sampling is not None else None,
+        per_task=per_task,
+    )
+
+
+def evaluate(
+    env_id: str,
+    tasks: Sequence[Task] | TaskSource,
+    policies: PolicySpec | Mapping[str, PolicySpec],
+    k: int = 4,
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+    *,
+    model: str = "",
+    mode: Literal["sync", "async"] = "async",
+    max_concurrency: int = 32,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = True,
+    transcript_path: str | Path | None = None,
+    json_path: str | Path | None = None,
+) -> EvalResult:
+    """Run ``k`` episodes per task and report avg@k, maj@k and cost.
+
+    Args are those of :func:`marti_trainer.rollout.rollout` (``k`` is ``n_samples``), plus
+    ``model`` (a label) and ``json_path`` (write the result there as JSON). Default sampling:
+    temperature 0.7, 256 new tokens.
+
+    Raises:
+        ValueError, RolloutError: as ``rollout``.
+    """
+    if sampling is None:
+        sampling = SamplingParams(temperature=0.7, max_tokens=256)
+    batch = rollout(
+        env_id,
+        tasks,
+        k,
+        policies,
+        sampling,
+        mode=mode,
+        max_concurrency=max_concurrency,
+        seed=seed,
+        env_kwargs=env_kwargs,
+        progress=progress,
+        transcript_path=transcript_path,
+    )
+    result = summarize(
+        batch,
+        model,
+        seed=seed,
+        sampling=sampling if isinstance(sampling, SamplingParams) else None,
+    )
+    if json_path is not None:
+        result.write_json(json_path)
+    return result
+
+
+_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("env", "env_id", "s"),
+    ("model", "model", "s"),
+    ("tasks", "num_tasks", "d"),
+    ("k", "k", "d"),
+    ("avg@k", "avg_at_k", ".3f"),
+    ("maj@k", "maj_at_k", ".3f"),
+    ("pass@k", "pass_at_k", ".3f"),
+    ("boxed", "boxed_rate", ".3f"),
+    ("trunc", "truncated_rate", ".3f"),
+    ("tokens", "tokens_generated", "d"),
+    ("tok/task", "tokens_per_task", ".0f"),
+    ("wall s", "wall_s", ".1f"),
+)
+
+
+def format_table(results: Sequence[EvalResult]) -> str:
+    """A plain-text table, one row per result (for the terminal and logs)."""
+    header = [c[0] for c in _COLUMNS]
+    rows = [[format(getattr(r, attr), fmt) for _, attr, fmt in _COLUMNS] for r in results]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""How rollout requests reach a :class:`~marti_trainer.policies.Policy`: the drivers.
+
+A rollout turns every active agent of every running episode into a :class:`Request` (chat
+messages, sampling parameters with a per-request seed, adapter). A *driver* owns one policy
+object and serves requests asynchronously: ``submit`` returns at once and the driver calls
+``on_done(request, generation, error)`` from its own thread when the request finished. The
+rollout engine keeps at most ``max_concurrency`` requests submitted and not yet done, over
+all drivers; a driver needs no limit of its own.
+
+Drivers (chosen per policy by :func:`make_driver`; ``kind="auto"`` picks the first that fits):
+
+``concurrent``
+    For backends that serve concurrent calls themselves (a server behind the ``openai``
+    backend, :class:`~marti_trainer.policies.simulated.SimulatedPolicy`; they set the class
+    attribute ``concurrent_requests = True``). Each request is its own ``generate`` call,
+    made on a thread of a pool, or without threads through the policy's ``submit`` (a
+    non-blocking ``generate`` returning a future) when it has one; the backend batches
+    whatever is in flight (vLLM's continuous batching), so a request's result returns as
+    soon as *it* is done.
+``continuous``
+    For :class:`~marti_trainer.policies.hf.HFPolicy`: iteration-level batching in one
+    worker thread (:class:`~marti_trainer.rollout.hf_continuous.ContinuousBatcher`). New
+    requests join the running decode batch at the next token step and a finished row
+    leaves it (and returns) at once, so short responses never wait for long ones.
+``batch``
+    Any policy: one worker thread takes *everything* pending whenever it is free and runs
+    one batched call per (adapter, sampling parameters up to the seed) with
+    :func:`generate_each`. A call returns when its longest response is done: this is
+    static batching, the synchronous baseline of the ``hf`` backend.
+
+Per-request seeds: ``Policy.generate`` takes one ``SamplingParams`` per call, but results
+must not depend on which requests share a call, so every request carries its own seed.
+:func:`generate_each` runs a list of requests with their own parameters in as few calls as
+possible: natively if the policy has a ``generate_each`` method, in one batched decode for
+an ``HFPolicy`` (its per-row random streams make that exact), else one ``generate`` call
+per distinct parameter set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from marti_trainer.policies.base import (
+    Generation,
+    Message,
+    Policy,
+    PolicyError,
+    SamplingParams,
+)
+
+__all__ = [
+    "DRIVER_KINDS",
+    "BatchDriver",
+    "ConcurrentDriver",
+    "Driver",
+    "DriverKind",
+    "Request",
+    "generate_each",
+    "is_hf_policy",
+    "make_driver",
+]
+
+DriverKind = Literal["auto", "concurrent", "continuous", "batch"]
+DRIVER_KINDS: tuple[str, ...] = ("auto", "concurrent", "continuous", "batch")
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation request of a rollout.
+
+    Attributes:
+        messages: The chat prompt.
+        params: Sampling parameters; ``n == 1`` and ``seed`` set per request.
+        adapter: LoRA adapter name, or None for the base weights.
+        tag: The engine's bookkeeping (which episode, agent and round); drivers ignore it.
+        submitted_at: ``time.perf_counter()`` when it was handed to a driver.
+    """
+
+    messages: tuple[Message, ...]
+    params: SamplingParams
+    adapter: str | None
+    tag: Any = None
+    submitted_at: float = field(default=0.0, compare=False)
+
+
+DoneCallback = Callable[[Request, Generation | None, BaseException | None], None]
+"""``on_done(request, generation, error)``: exactly one of generation / error is None."""
+
+
+def _batch_key(request: Request) -> tuple[str | None, SamplingParams]:
+    """Requests with equal keys may share one batched call (see :func:`generate_each`)."""
+    return request.adapter, dataclasses.replace(request.params, seed=None, max_tokens=1)
+
+
+def is_hf_policy(policy: Policy) -> bool:
+    """True for :class:`~marti_trainer.policies.hf.HFPolicy` (checked without importing torch)."""
+    return any(
+        c.__name__ == "HFPolicy" and c.__module__ == "marti_trainer.policies.hf"
+        for c in type(policy).__mro__
+    )
+
+
+def generate_each(
+    policy: Policy,
+    prompts: Sequence[Sequence[Message]],
+    params: Sequence[SamplingParams],
+    adapter: str | None = None,
+) -> list[Generation]:
+    """One completion per prompt, each sampled with its own parameters (``n == 1``).
+
+    ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]`` (up to
+    the floating-point effect of batching, see the backend's docs), but requests that differ
+    only by ``seed`` (and, for ``HFPolicy``, ``max_tokens``) run in one batched call where
+    the backend allows it (see the module docstring).
+
+    Raises:
+        ValueError: lengths differ or some ``params[i].n != 1``.
+        PolicyError: as ``Policy.generate``; ``request_indices`` index into ``prompts``.
+    """
+    if len(prompts) != len(params):
+        raise ValueError(f"{len(prompts)} prompts but {len(params)} SamplingParams")
+    if any(p.n != 1 for p in params):
+        raise ValueError("generate_each samples one completion per prompt: use n=1")
+    if not prompts:
+        return []
+    native = getattr(policy, "generate_each", None)
+    if callable(native):
+        return list(native(prompts, params, adapter))
+    hf = is_hf_policy(policy)  # rows have their own seeds and budgets: batch across both
+    groups: dict[Any, list[int]] = {}
+    for i, p in enumerate(params):
+        key = dataclasses.replace(p, seed=None, max_tokens=1) if hf else p
+        groups.setdefault(key, []).append(i)
+    out: list[Generation | None] = [None] * len(prompts)
+    for members in groups.values():
+        sub_prompts = [prompts[i] for i in members]
+        sub_params = [params[i] for i in members]
+        try:
+            if len(set(sub_params)) == 1:
+                gens = [g[0] for g in policy.generate(sub_prompts, sub_params[0], adapter)]
+            else:  # only HFPolicy groups mix seeds and budgets
+                from marti_trainer.rollout.hf_continuous import hf_generate_each
+
+                gens = hf_generate_each(policy, sub_prompts, sub_params, adapter)
+        except PolicyError as exc:  # indices of the sub-call -> the caller's
+            exc.request_indices = tuple(
+                members[i] for i in exc.request_indices if 0 <= i < len(members)
+            )
+            raise
+        for i, g in zip(members, gens, strict=True):
+            out[i] = g
+    return out  # type: ignore[return-value]
+
+
+class Driver(ABC):
+    """Serves requests for one policy in the background (see the module docstring)."""
+
+    kind: str
+
+    def __init__(self, policy: Policy, on_done: DoneCallback) -> None:
+        self.policy = policy
+        self.on_done = on_done
+
+    @abstractmethod
+    def submit(self, requests: Sequence[Request]) -> None:
+        """Start serving ``requests`` (returns at once)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop: drop requests not started; a call already inside the backend may finish
+        in the background but its result is discarded. Idempotent."""
+
+
+class ConcurrentDriver(Driver):
+    """One ``generate`` call per request, all of them in flight at once.
+
+    If the policy has ``submit(prompts, params, adapter) -> concurrent.futures.Future``
+    (the non-blocking ``generate``, e.g. :class:`SimulatedPolicy`), requests are submitted
+    from the caller's thread and complete through the future's callback: no thread per
+    request. Otherwise each call runs on a pool of ``max_workers`` threads.
+    """
+
+    kind = "concurrent"
+
+    def __init__(self, policy: Policy, on_done: DoneCallback, max_workers: int) -> None:
+        super().__init__(policy, on_done)
+        native = getattr(policy, "submit", None)
+        self._native = native if callable(native) else None
+        self._pool = (
+            None
+            if self._native
+            else ThreadPoolExecutor(max_workers, thread_name_prefix="rollout-request")
+        )
+        self._closed = False
+
+    def submit(self, requests: Sequence[Request]) -> None:
+        for request in requests:
+            if self._pool is not None:
+                self._pool.submit(self._run, request)
+                continue
+            try:
+                future = self._native([request.messages], request.params, request.adapter)
+            except BaseException as exc:
+                self.on_done(request, None, exc)
+                continue
+            future.add_done_callback(functools.partial(self._finished, request))
+
+    def _finished(self, request: Request, future: Future) -> None:
+        if self._closed:
+            return
+        exc = future.exception()
+        if exc is not None:
+            self.on_done(request, None, exc)
+        else:
+            self.on_done(request, future.result()[0][0], None)
+
+    def _run(self, request: Request) -> None:
+        if self._closed:
+            return
+        try:
+            gen = self.policy.generate([request.messages], request.params, request.adapter)[0][0]
+        except BaseException as exc:
+            if not self._closed:
+                self.on_done(request, None, exc)
+            return
+        if not self._closed:
+            self.on_done(request, gen, None)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class BatchDriver(Driver):
+    """Static batching: whenever free, one batched call per group of everything pending."""
+
+    kind = "batch"
+
+    def __init__(self, policy: Policy, on_done: DoneCallback) -> None:
+        super().__init__(policy, on_done)
+        self._pending: list[Request] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="rollout-batch", daemon=True)
+        self._thread.start()
+
+    def submit(self, requests: Sequence[Request]) -> None:
+        with self._cond:
+            self._pending.extend(requests)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                taken, self._pending = self._pending, []
+            groups: dict[Any, list[Request]] = {}
+            for request in taken:
+                groups.setdefault(_batch_key(request), []).append(request)
+            for (adapter, _), group in groups.items():
+                self._run_group(group, adapter)  # reports every request, even on errors
+
+    def _run_group(self, group: list[Request], adapter: str | None) -> None:
+        try:
+            gens = generate_each(
+                self.policy, [r.messages for r in group], [r.params for r in group], adapter
+            )
+        except BaseException as exc:
+            if self._closed:
+                return
+            named = set(getattr(exc, "request_indices", ()))
+            # Requests the error names first, so the engine reports one of them.
+            for k in sorted(range(len(group)), key=lambda k: k not in named):
+                self.on_done(group[k], None, exc)
+            return
+        if self._closed:
+            return
+        for request, gen in zip(group, gens, strict=True):
+            self.on_done(request, gen, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._pending.clear()
+            self._cond.notify_all()
+
+
+def make_driver(
+    kind: DriverKind, policy: Policy, on_done: DoneCallback, max_concurrency: int
+) -> Driver:
+    """Build the driver for ``policy``.
+
+    Args:
+        kind: ``"auto"`` (``concurrent`` if the policy sets ``concurrent_requests``,
+            ``continuous`` for an ``HFPolicy``, else ``batch``) or a driver name.
+        policy: The backend.
+        on_done: Called from the driver's thread when a request finished.
+        max_concurrency: The rollout's bound on requests in flight (sizes thread pools and
+            the continuous batch).
+
+    Raises:
+        ValueError: an unknown kind, or ``continuous`` for a policy that is not an HFPolicy.
+    """
+    if kind not in DRIVER_KINDS:
+        raise ValueError(f"driver must be one of {DRIVER_KINDS}, got {kind!r}")
+    if kind == "auto":
+        if getattr(policy, "concurrent_requests", False):
+            kind = "concurrent"
+        elif is_hf_policy(policy):
+            kind = "continuous"
+        else:
+            kind = "batch"
+    if kind == "concurrent":
+        return ConcurrentDriver(policy, on_done, max_concurrency)
+    if kind == "continuous":
+        if not is_hf_policy(policy):
+            raise ValueError(
+                f"driver='continuous' needs an HFPolicy, got {type(policy).__name__}; "
+                "use 'batch' or 'concurrent'"
+            )
+        from marti_trainer.rollout.hf_continuous import ContinuousDriver
+
+        return ContinuousDriver(policy, on_done, max_concurrency)
+    return BatchDriver(policy, on_done)

@@ -1,0 +1,465 @@
+"""Continuous (iteration-level) batching for :class:`~marti_trainer.policies.hf.HFPolicy`.
+
+``HFPolicy.generate`` decodes a static batch: every row is fed until the longest one ends,
+and a new request waits for the whole batch. :class:`ContinuousDriver` instead runs one
+decode loop in a worker thread over a *changing* set of rows, as vLLM does:
+
+- at every token step, requests that arrived since the last step are tokenised, prefilled
+  together (left-padded) and their key/value cache is merged into the running batch's
+  (both left-padded to the longer length; positions stay per row, so padding changes no
+  row's attention);
+- a row that finished (end-of-sequence, a stop string or its token budget) leaves the batch
+  at once and its result is delivered; all-padding columns at the left are dropped.
+
+So a short response returns after its own tokens and its episode can submit the next
+round's request while long responses are still decoding: the gain of asynchronous rollout
+is real on this backend, not only with a serving engine.
+
+Rows in one batch share the adapter and the sampling parameters other than ``seed`` and
+``max_tokens`` (each row has its own random stream and token budget). When the oldest
+waiting request needs another adapter or other parameters, the batch stops admitting rows,
+drains, and the next batch starts with that request (first come, first served, so no
+adapter starves; but agents with different LoRA adapters do not share a decode step).
+
+Sampling reuses ``HFPolicy``'s own code (per-row ``torch.Generator`` seeded as
+``HFPolicy`` seeds it, inverse-CDF draws, the same log-probs), so a request's tokens equal
+``HFPolicy.generate``'s for the same seed up to the floating-point effect of a different
+padding.
+
+This module uses ``HFPolicy``'s private helpers (``_make_rows``, ``_decode_chunk``,
+``_sample``, ``_match_stop``, ``_adapter_context``, ``_eos_ids``, ``_pad_id``,
+``_cache_kw``) and needs transformers' ``DynamicCache`` with ``.layers`` (transformers >=
+4.56). It belongs in ``hf.py`` as a public step-level API once that settles. The tests
+compare it with ``HFPolicy.generate`` token for token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from marti_trainer.policies.base import (
+    Generation,
+    Message,
+    PolicyError,
+    SamplingParams,
+    tokenize_prompts,
+    validate_prompts,
+)
+from marti_trainer.policies.hf import HFPolicy, _Row
+from marti_trainer.rollout.backends import DoneCallback, Driver, Request
+
+__all__ = ["ContinuousDriver", "hf_generate_each"]
+
+_JOIN_TIMEOUT_S = 120.0  # close() waits at most this long for a step in progress
+
+
+def _make_row(policy: HFPolicy, ids: list[int], params: SamplingParams, index: int) -> _Row:
+    """Row ``index`` for one request (``n == 1``), seeded exactly as ``HFPolicy`` seeds it."""
+    (row,) = policy._make_rows([ids], params)
+    row.request = index
+    return row
+
+
+def _tokenize_one(
+    policy: HFPolicy, messages: Sequence[Message], params: SamplingParams, index: int
+) -> list[int]:
+    """Token ids of one prompt (``tokenize_prompts``), errors re-indexed to ``index``."""
+    try:
+        (ids,) = tokenize_prompts(policy.tokenizer, [messages], params, policy.max_context_tokens)
+    except PolicyError as exc:
+        raise type(exc)(str(exc).replace("request 0", f"request {index}"), [index]) from exc
+    return ids
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Run with ``model.eval()`` and restore its mode after (a trainer's model may be training)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache of a model output (``cache`` in transformers 5, ``past_key_values`` in 4)."""
+    cache = out.get("cache")
+    return out.get("past_key_values") if cache is None else cache
+
+
+def _to_generation(policy: HFPolicy, row: _Row) -> Generation:
+    text = row.text
+    if text is None:
+        text = policy.tokenizer.decode(row.tokens, skip_special_tokens=True)
+    return Generation(
+        text=text,
+        token_ids=list(row.tokens),
+        logprobs=list(row.logprobs),
+        prompt_token_ids=list(row.prompt_ids),
+        finish_reason=row.finish or "length",
+    )
+
+
+def hf_generate_each(
+    policy: HFPolicy,
+    prompts: Sequence[Sequence[Message]],
+    params: Sequence[SamplingParams],
+    adapter: str | None = None,
+) -> list[Generation]:
+    """``HFPolicy.generate`` with one ``SamplingParams`` per prompt, as one static batch.
+
+    The parameters must agree on everything but ``seed`` and ``max_tokens`` (``n == 1``).
+    Rows are sorted by prompt length and decoded in chunks of the policy's ``batch_size``, as
+    ``generate`` does; each row samples from its own stream with its own token budget, so
+    ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]``.
+
+    Raises:
+        ValueError: parameters that differ otherwise, bad prompts, an unknown adapter.
+        PromptTooLongError, PolicyError: as ``HFPolicy.generate`` (indices into ``prompts``).
+    """
+    policy._check_open()
+    validate_prompts(prompts)
+    base = params[0]
+    shared = (base.temperature, base.top_p, base.stop, base.truncate_prompt)
+    if any(
+        p.n != 1 or (p.temperature, p.top_p, p.stop, p.truncate_prompt) != shared for p in params
+    ):
+        raise ValueError(
+            "hf_generate_each: parameters must have n=1 and differ only by seed and max_tokens"
+        )
+    if adapter is not None and adapter not in policy.adapters:
+        raise ValueError(f"unknown adapter {adapter!r}; registered: {list(policy.adapters)}")
+    rows = [
+        _make_row(policy, _tokenize_one(policy, prompt, p, i), p, i)
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True))
+    ]
+    order = sorted(range(len(rows)), key=lambda r: len(rows[r].prompt_ids))
+    size = policy._batch_size
+    with _eval_mode(policy.model), policy._adapter_context(adapter), torch.inference_mode():
+        for start in range(0, len(order), size):
+            policy._decode_chunk([rows[r] for r in order[start : start + size]], base)
+    return [_to_generation(policy, row) for row in rows]
+
+
+# -- KV-cache surgery ----------------------------------------------------------------------
+
+
+def _policy_error(what: str, exc: BaseException) -> PolicyError:
+    error = PolicyError(f"{what}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _cache_layers(cache: Any) -> list[Any]:
+    layers = getattr(cache, "layers", None)
+    if layers is None or not all(hasattr(layer, "keys") for layer in layers):
+        raise RuntimeError(
+            "continuous batching needs a transformers DynamicCache with .layers[i].keys/.values "
+            f"(transformers >= 4.56); got {type(cache).__name__}. Use driver='batch'."
+        )
+    return list(layers)
+
+
+def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
+    missing = length - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+class _Batch:
+    """The running decode batch: rows, their requests, KV cache, attention mask, positions.
+
+    Shapes: ``B`` rows, ``T`` cached positions. ``mask`` ``[B, T]`` (1 = real token),
+    ``positions`` ``[B, 1]`` (position id of each row's last token), cache layers
+    ``[B, heads, T, head_dim]``.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[_Row] = []
+        self.requests: list[Request] = []
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+        self.positions: torch.Tensor | None = None
+        self.key: Any = None
+        self.logits: torch.Tensor | None = None  # [B, vocab] after a prefill
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def clear(self) -> None:
+        self.__init__()
+
+    def keep(self, keep: list[int]) -> None:
+        """Keep only rows ``keep`` (indices, in order); drop all-padding leading columns."""
+        if len(keep) == len(self.rows):
+            return
+        if not keep:
+            self.clear()
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
+        self.rows = [self.rows[k] for k in keep]
+        self.requests = [self.requests[k] for k in keep]
+        self.mask = self.mask.index_select(0, index)
+        self.positions = self.positions.index_select(0, index)
+        lead = int(self.mask.any(dim=0).int().argmax())  # first column some row uses
+        for layer in _cache_layers(self.cache):
+            layer.keys = layer.keys.index_select(0, index)[:, :, lead:]
+            layer.values = layer.values.index_select(0, index)[:, :, lead:]
+        self.mask = self.mask[:, lead:]
+
+    def merge(self, other: _Batch) -> None:
+        """Append ``other``'s rows (both caches left-padded to the longer length)."""
+        if not self.rows:
+            self.rows, self.requests = other.rows, other.requests
+            self.cache, self.mask, self.positions = other.cache, other.mask, other.positions
+            self.key = other.key
+            return
+        length = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(_cache_layers(self.cache), _cache_layers(other.cache), strict=True):
+            mine.keys = torch.cat(
+                [_left_pad(mine.keys, length, 2), _left_pad(theirs.keys, length, 2)]
+            )
+            mine.values = torch.cat(
+                [_left_pad(mine.values, length, 2), _left_pad(theirs.values, length, 2)]
+            )
+        self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(other.mask, length, 1)])
+        self.positions = torch.cat([self.positions, other.positions])
+        self.rows += other.rows
+        self.requests += other.requests
+
+
+def _key(request: Request) -> tuple[Any, ...]:
+    p = request.params
+    return (request.adapter, p.temperature, p.top_p, p.stop)
+
+
+class ContinuousDriver(Driver):
+    """Iteration-level batching of an ``HFPolicy`` in one worker thread (module docstring).
+
+    Args:
+        policy: The HF policy; nothing else may use it while the driver runs.
+        on_done: Called from the worker thread for every finished or failed request.
+        max_rows: Rows decoded together at most (the rollout's ``max_concurrency``).
+
+    Attributes:
+        stats: ``steps`` (decode steps), ``row_steps`` (sum of batch sizes over steps, so
+            ``row_steps / steps`` is the mean occupancy), ``prefills``, ``prefill_rows``, and
+            seconds in prefills (with their first token), in decode steps (sampling and
+            row removal included) and in merging new rows' caches (``prefill_s``,
+            ``step_s``, ``cache_s``).
+    """
+
+    kind = "continuous"
+
+    def __init__(self, policy: HFPolicy, on_done: DoneCallback, max_rows: int) -> None:
+        super().__init__(policy, on_done)
+        self.max_rows = max_rows
+        self.stats: dict[str, float] = dict.fromkeys(
+            ("steps", "row_steps", "prefills", "prefill_rows", "prefill_s", "step_s", "cache_s"), 0
+        )
+        self._hf = policy
+        self._pending: deque[Request] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._crash: PolicyError | None = None  # set if the worker died: fails later requests
+        self._batch = _Batch()
+        self._thread = threading.Thread(target=self._loop, name="rollout-continuous", daemon=True)
+        self._thread.start()
+
+    def submit(self, requests: Sequence[Request]) -> None:
+        with self._cond:
+            crash = self._crash
+            if crash is None:
+                self._pending.extend(requests)
+                self._cond.notify()
+        if crash is not None:
+            self._deliver_errors(requests, crash)
+
+    def close(self) -> None:
+        """Stop after the current decode step (joined, so the model is free on return)."""
+        with self._cond:
+            self._closed = True
+            self._pending.clear()
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=_JOIN_TIMEOUT_S)
+
+    # -- worker ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            with _eval_mode(self._hf.model), torch.inference_mode():
+                self._serve()
+        except BaseException as exc:  # never leave a request unanswered
+            error = _policy_error("HF continuous driver crashed", exc)
+            with self._cond:
+                stranded = [*self._batch.requests, *self._pending]
+                self._pending.clear()
+                self._crash = error
+            self._batch.clear()
+            self._deliver_errors(stranded, error)
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._batch.rows and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                admitted = self._take()
+            if admitted:
+                self._admit(admitted)
+            try:
+                if self._batch.rows:
+                    self._step()
+            except Exception as exc:  # fail the whole batch, keep serving
+                failed = self._batch.requests
+                self._batch.clear()
+                self._deliver_errors(failed, _policy_error("HF continuous batching failed", exc))
+
+    def _take(self) -> list[Request]:
+        """Pending requests that fit the batch (same key, free rows), in arrival order."""
+        free = self.max_rows - len(self._batch)
+        if free <= 0 or not self._pending:
+            return []
+        key = _key(self._pending[0])
+        if self._batch.rows and key != self._batch.key:
+            return []  # the oldest request needs other settings: let the batch drain first
+        taken: list[Request] = []
+        rest: deque[Request] = deque()
+        while self._pending:
+            request = self._pending.popleft()
+            if len(taken) < free and _key(request) == key:
+                taken.append(request)
+            else:
+                rest.append(request)
+        self._pending = rest
+        return taken
+
+    def _deliver_errors(self, requests: Sequence[Request], error: BaseException) -> None:
+        if not self._closed:
+            for request in requests:
+                self.on_done(request, None, error)
+
+    def _admit(self, requests: list[Request]) -> None:
+        """Tokenise, prefill and sample the first token of new requests; merge them in.
+
+        A failure here fails exactly the admitted requests (the running batch is untouched).
+        """
+        policy = self._hf
+        rows: list[_Row] = []
+        kept: list[Request] = []
+        for request in requests:
+            try:
+                validate_prompts([request.messages])
+                ids = _tokenize_one(policy, request.messages, request.params, 0)
+                rows.append(_make_row(policy, ids, request.params, len(rows)))
+            except Exception as exc:
+                self._deliver_errors([request], exc)
+                continue
+            kept.append(request)
+        if not rows:
+            return
+        try:
+            t0 = time.perf_counter()
+            new = self._prefill(rows, kept)
+            finished = self._advance(new, new.logits, kept[0].params)
+            t1 = time.perf_counter()
+            if new.rows:
+                self._batch.merge(new)
+            self.stats["prefill_s"] += t1 - t0
+            self.stats["cache_s"] += time.perf_counter() - t1
+        except Exception as exc:
+            self._deliver_errors(kept, _policy_error("HF prefill failed", exc))
+            return
+        self._deliver(finished)
+
+    def _prefill(self, rows: list[_Row], requests: list[Request]) -> _Batch:
+        """A batch of new rows, left-padded, prefilled (``logits`` of the last position)."""
+        policy = self._hf
+        device = policy.model.device
+        width = max(len(r.prompt_ids) for r in rows)
+        input_ids = torch.full((len(rows), width), policy._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, row in enumerate(rows):
+            input_ids[b, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
+            mask[b, width - len(row.prompt_ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with policy._adapter_context(requests[0].adapter):
+            out = policy.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self.stats["prefills"] += 1
+        self.stats["prefill_rows"] += len(rows)
+        new = _Batch()
+        new.rows, new.requests, new.key = rows, requests, _key(requests[0])
+        new.cache = _output_cache(out)
+        new.mask, new.positions = mask, positions[:, -1:]
+        new.logits = out.logits[:, -1, :]
+        return new
+
+    def _step(self) -> None:
+        """One decode step of the running batch (a failure fails the whole batch)."""
+        t0 = time.perf_counter()
+        policy, batch = self._hf, self._batch
+        device = batch.mask.device
+        next_ids = torch.tensor([[row.tokens[-1]] for row in batch.rows], dtype=torch.long)
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch), 1))], dim=1)
+        batch.positions = batch.positions + 1
+        with policy._adapter_context(batch.requests[0].adapter):
+            out = policy.model(
+                input_ids=next_ids.to(device),
+                attention_mask=batch.mask,
+                position_ids=batch.positions,
+                use_cache=True,
+                **{policy._cache_kw: batch.cache},
+            )
+        batch.cache = _output_cache(out)
+        self.stats["steps"] += 1
+        self.stats["row_steps"] += len(batch)
+        self.stats["step_s"] += time.perf_counter() - t0
+        self._deliver(self._advance(batch, out.logits[:, -1, :], batch.requests[0].params))
+
+    def _advance(
+        self, batch: _Batch, logits: torch.Tensor, params: SamplingParams
+    ) -> list[tuple[Request, Generation]]:
+        """Sample one token per row; drop finished rows from ``batch`` and return them."""
+        policy = self._hf
+        tokens, logprobs = policy._sample(logits, batch.rows, [True] * len(batch), params)
+        keep: list[int] = []
+        finished: list[tuple[Request, Generation]] = []
+        for b, row in enumerate(batch.rows):
+            token = int(tokens[b])
+            row.tokens.append(token)
+            row.logprobs.append(float(logprobs[b]))
+            if token in policy._eos_ids or policy._match_stop(row, params.stop):
+                row.finish = "stop"
+            elif len(row.tokens) >= row.budget:
+                row.finish = "length"
+            if row.finish is None:
+                keep.append(b)
+            else:
+                finished.append((batch.requests[b], _to_generation(policy, row)))
+        batch.keep(keep)
+        return finished
+
+    def _deliver(self, finished: list[tuple[Request, Generation]]) -> None:
+        if not self._closed:
+            for request, gen in finished:
+                self.on_done(request, gen, None)
