@@ -31,6 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     envs = sub.add_parser("envs", help="list the registered environments, or describe one")
     envs.add_argument("id", nargs="?", help="an env id, e.g. mad-v0")
     envs.set_defaults(func=_envs)
+    from marti_trainer.bench_cli import add_bench_parser
+    from marti_trainer.eval_cli import add_eval_parser
+
+    add_eval_parser(sub)
+    add_bench_parser(sub)
+    from marti_trainer.train_cli import add_train_parser
+
+    add_train_parser(sub)
     return parser
 
 

@@ -1,0 +1,132 @@
+"""The engine interface and what every engine shares (LR schedule, parameter selection)."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from marti_trainer.config import OptimConfig
+from marti_trainer.learner import LossFn, TrainBatch
+
+__all__ = ["Engine", "lr_lambda", "make_engine"]
+
+
+class Engine(ABC):
+    """Owns a model's optimizer state and turns a :class:`TrainBatch` into one update.
+
+    Attributes:
+        model: The module being trained (an HF model, or a PEFT model for LoRA).
+        params: The parameters this engine updates (all trainable ones, or one adapter's).
+    """
+
+    model: torch.nn.Module
+    params: list[torch.nn.Parameter]
+
+    @abstractmethod
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step over ``batch`` (micro-batched by the token budget).
+
+        Returns ``losses/*`` metrics averaged over the batch, ``optim/grad_norm``,
+        ``optim/lr`` and ``optim/micro_batches``.
+        """
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler and step counter (not the weights)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The trained tensors by name, as saved in checkpoints (on the CPU, detached; for a
+        model on the CPU these are views of the live parameters, not copies)."""
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        return {names[id(p)]: p.detach().cpu() for p in self.params}
+
+    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy tensors saved by :meth:`weights` back into the trained parameters."""
+        by_name = dict(self.model.named_parameters())
+        missing = [n for n in tensors if n not in by_name]
+        if missing:
+            raise ValueError(f"checkpoint has unknown parameter(s) {missing[:5]}")
+        with torch.no_grad():
+            for name, value in tensors.items():
+                by_name[name].copy_(value)
+
+    def save(self, directory: str | Path) -> None:
+        """Write the trained weights to ``directory/model.safetensors``."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file(
+            {k: v.contiguous() for k, v in self.weights().items()}, directory / "model.safetensors"
+        )
+
+
+def lr_lambda(cfg: OptimConfig, total_steps: int) -> Callable[[int], float]:
+    """LR multiplier at optimizer step ``s``: linear warmup, then constant/linear/cosine decay."""
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / (cfg.warmup_steps + 1)
+        if cfg.scheduler == "constant":
+            return 1.0
+        span = max(1, total_steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        if cfg.scheduler == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def make_engine(
+    model: torch.nn.Module,
+    cfg: OptimConfig,
+    loss_fn: LossFn,
+    total_steps: int,
+    params: list[torch.nn.Parameter] | None = None,
+    activate: Callable[[], None] | None = None,
+) -> Engine:
+    """Build the engine ``cfg.engine`` names.
+
+    Args:
+        model: The module to train (fp32 master weights).
+        cfg: Optimizer and engine settings.
+        loss_fn: ``loss_fn(model, micro_batch) -> (weighted loss, metrics, weight)``.
+        total_steps: Optimizer steps of the run (for LR decay).
+        params: The parameters to update (default: every trainable one).
+        activate: Called before each step (e.g. selects this agent's LoRA adapter).
+    """
+    if cfg.engine == "torch":
+        from marti_trainer.engines.torch_engine import TorchEngine
+
+        return TorchEngine(model, cfg, loss_fn, total_steps, params=params, activate=activate)
+    if cfg.engine == "deepspeed":
+        from marti_trainer.engines.deepspeed_engine import DeepSpeedEngine
+
+        return DeepSpeedEngine(model, cfg, loss_fn, total_steps, params=params)
+    raise ValueError(f"unknown engine {cfg.engine!r}")
+
+
+class MetricSum:
+    """Weighted average of micro-batch metrics (weights sum to 1 over a batch)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weight = 0.0
+
+    def add(self, metrics: dict[str, float], weight: float) -> None:
+        self.weight += weight
+        for key, value in metrics.items():
+            self.sums[key] = self.sums.get(key, 0.0) + weight * value
+
+    def result(self) -> dict[str, float]:
+        w = self.weight if self.weight > 0 else 1.0
+        return {k: v / w for k, v in self.sums.items()}

@@ -1,0 +1,176 @@
+"""DeepSpeed engine: the same update as :class:`TorchEngine`, through ``deepspeed.initialize``.
+
+ZeRO stage 0-3 with fp32 or bf16 (DeepSpeed's own bf16: bf16 module weights, fp32 master
+copy in the optimizer). The optimizer is torch's AdamW handed to DeepSpeed as a client
+optimizer (no compiled DeepSpeed op is needed), and gradient accumulation is left to the
+caller (``managed_gradient_accumulation: false``): every micro-batch of a step is one
+``engine.backward``, then one ``engine.step``, so a step may have any number of
+micro-batches, as the token budget decides.
+
+On a machine without a GPU, DeepSpeed runs on its CPU accelerator over gloo: this module
+sets ``DS_ACCELERATOR=cpu`` (unless set), a single-process ``MASTER_ADDR/PORT/RANK/
+WORLD_SIZE`` when no launcher did, and caches compiled ops under
+``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/marti/torch_extensions``). Under
+``deepspeed``/``torchrun`` on GPUs it uses nccl.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import torch
+
+from marti_trainer.config import OptimConfig
+from marti_trainer.engines.base import Engine, MetricSum, lr_lambda
+from marti_trainer.learner import LossFn, TrainBatch
+
+__all__ = ["DeepSpeedEngine", "ds_config", "init_distributed"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed() -> None:
+    """Set up DeepSpeed's accelerator and process group for this process (idempotent)."""
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from marti_trainer.models import cache_dir
+
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
+    for key, value in (
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+    ):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    import deepspeed
+
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo", verbose=False)
+
+
+def ds_config(cfg: OptimConfig) -> dict[str, Any]:
+    """The DeepSpeed config for ``cfg`` (one micro-batch per backward, caller-managed GAS)."""
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": cfg.max_grad_norm,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": cfg.precision == "bf16"},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedEngine(Engine):
+    """See the module docstring; arguments as :func:`marti_trainer.engines.make_engine`."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: OptimConfig,
+        loss_fn: LossFn,
+        total_steps: int,
+        params: list[torch.nn.Parameter] | None = None,
+    ) -> None:
+        init_distributed()
+        import deepspeed
+
+        self.cfg = cfg
+        self.loss_fn = loss_fn
+        params = (
+            list(params)
+            if params is not None
+            else [p for p in model.parameters() if p.requires_grad]
+        )
+        optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+        )  # fmt: skip
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, total_steps))
+        self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config(cfg)
+        )
+        self.model = self.ds.module
+        self.params = params
+        self.steps = 0
+
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        self.ds.train()
+        metrics = MetricSum()
+        micro_batches = batch.split(self.cfg.micro_batch_tokens)
+        for micro in micro_batches:
+            loss, values, weight = self.loss_fn(self.ds, micro)
+            self.ds.backward(loss, scale_wrt_gas=False)
+            metrics.add(values, weight)
+        lr = self.scheduler.get_last_lr()[0]
+        own_norm = None
+        if self.cfg.zero_stage == 0 and self.cfg.precision == "fp32":  # DS does not report it
+            own_norm = torch.nn.utils.get_total_norm(
+                [p.grad for p in self.params if p.grad is not None]
+            )
+        self.ds.step()
+        self.steps += 1
+        self.ds.eval()
+        grad_norm = own_norm if own_norm is not None else self.ds.get_global_grad_norm()
+        out = metrics.result()
+        out.update(
+            {
+                "optim/grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+                "optim/lr": float(lr),
+                "optim/micro_batches": float(len(micro_batches)),
+            }
+        )
+        return out
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """Full fp32 tensors (gathered from ZeRO-3 partitions; from the fp32 master copy)."""
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        out = {}
+        for p in self.params:
+            out[names[id(p)]] = self._full_fp32(p)
+        return out
+
+    def _full_fp32(self, p: torch.nn.Parameter) -> torch.Tensor:
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        value = safe_get_full_fp32_param(p)
+        if value is None:  # stage 0 without a master copy: the parameter itself is fp32
+            value = p.detach()
+        return value.detach().float().cpu().clone()
+
+    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        by_name = dict(self.model.named_parameters())
+        for name, value in tensors.items():
+            if name not in by_name:
+                raise ValueError(f"checkpoint has unknown parameter {name!r}")
+            p = by_name[name]
+            try:
+                safe_set_full_fp32_param(p, value.float())
+            except Exception:
+                with torch.no_grad():
+                    p.copy_(value.to(p.dtype))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])

@@ -1,0 +1,113 @@
+"""Plain PyTorch engine: AdamW on fp32 master weights, optional bf16 autocast.
+
+One :meth:`TorchEngine.step`::
+
+    zero grads
+    for micro in batch.split(micro_batch_tokens):       # token budget
+        with autocast(bf16 if precision == "bf16"):     # weights stay fp32
+            loss = loss_fn(model, micro)                # already weighted by its share
+        loss.backward()                                 # gradients accumulate
+    clip_grad_norm_(max_grad_norm); optimizer.step(); scheduler.step()
+
+bf16 autocast over fp32 master weights is ~1.7x faster than fp32 on a CPU and, unlike
+bf16 weights, keeps small updates (see NOTES.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from marti_trainer.config import OptimConfig
+from marti_trainer.engines.base import Engine, MetricSum, lr_lambda
+from marti_trainer.learner import LossFn, TrainBatch
+
+__all__ = ["TorchEngine"]
+
+
+class TorchEngine(Engine):
+    """See the module docstring; arguments as :func:`marti_trainer.engines.make_engine`."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: OptimConfig,
+        loss_fn: LossFn,
+        total_steps: int,
+        params: list[torch.nn.Parameter] | None = None,
+        activate: Callable[[], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.loss_fn = loss_fn
+        self.activate = activate
+        self.params = (
+            list(params)
+            if params is not None
+            else [p for p in model.parameters() if p.requires_grad]
+        )
+        if not self.params:
+            raise ValueError("TorchEngine: no trainable parameters")
+        if any(p.dtype != torch.float32 for p in self.params):
+            raise ValueError("TorchEngine keeps fp32 master weights: load the model in float32")
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=cfg.lr,
+            betas=(cfg.betas[0], cfg.betas[1]),
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(cfg, total_steps)
+        )
+        self.steps = 0
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.cfg.precision == "bf16":
+            device = self.params[0].device.type
+            return torch.autocast(device_type=device, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        if self.activate is not None:
+            self.activate()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = MetricSum()
+        micro_batches = batch.split(self.cfg.micro_batch_tokens)
+        for micro in micro_batches:
+            with self._autocast():
+                loss, values, weight = self.loss_fn(self.model, micro)
+            loss.backward()
+            metrics.add(values, weight)
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.steps += 1
+        self.model.eval()
+        out = metrics.result()
+        out.update(
+            {
+                "optim/grad_norm": float(grad_norm),
+                "optim/lr": float(lr),
+                "optim/micro_batches": float(len(micro_batches)),
+            }
+        )
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])

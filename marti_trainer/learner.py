@@ -1,0 +1,290 @@
+"""From rollout samples to a policy-gradient loss: padded batches, advantages, the loss.
+
+Layout of a :class:`TrainBatch` row (``P`` = longest prompt, ``R`` = longest response)::
+
+    [pad pad p0 p1 ... p_k | r0 r1 ... r_m pad pad]
+     <-- prompt, left-padded --><-- response, right-padded -->
+
+Every response starts at column ``P``, so the model's logits are needed only for the last
+``R + 1`` columns (``logits_to_keep``): the vocabulary projection (a fifth of SmolLM2's
+compute per token) is never applied to prompt tokens. ``position_ids`` count real tokens,
+so a padded row sees the positions it would see alone.
+
+Micro-batching keeps the gradient exact: each micro-batch's loss is its aggregate
+(token-mean, ...) times ``weight = its share of the batch's normaliser`` (tokens, sequences
+or rows), so the sum of micro-batch gradients is the full batch's gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from marti_trainer.algorithms import (
+    compute_advantages,
+    entropy_from_logits,
+    group_ids_from_keys,
+    kl_estimate,
+    kl_loss,
+    logprobs_from_logits,
+    masked_mean,
+    policy_loss,
+)
+from marti_trainer.config import AlgorithmConfig
+
+__all__ = ["LossFn", "TrainBatch", "collate", "make_loss_fn", "sample_advantages", "score_batch"]
+
+
+@dataclass
+class TrainBatch:
+    """Padded tensors of ``B`` samples (see the module docstring for the layout).
+
+    Attributes:
+        input_ids: ``[B, P + R]`` long, prompt left-padded then response right-padded.
+        attention_mask: ``[B, P + R]`` long, 1 on real tokens.
+        position_ids: ``[B, P + R]`` long, ``cumsum(attention_mask) - 1`` (0 on padding).
+        response_ids: ``[B, R]`` long, the sampled tokens (pad id after the end).
+        response_mask: ``[B, R]`` float, 1 on trained tokens.
+        advantages: ``[B]`` (one per sequence) or ``[B, R]`` (per token).
+        rollout_logprobs: ``[B, R]`` log-probs the rollout policy sampled with.
+        old_logprobs: ``[B, R]`` log-probs before this batch's first update, or None
+            (then the current ones, detached: exactly on-policy, ratio 1).
+        ref_logprobs: ``[B, R]`` log-probs under the reference (initial) policy, or None.
+        prompt_lengths: ``[B]`` long.  response_lengths: ``[B]`` long.
+        norm: The whole batch's aggregation normaliser (kept by micro-batches).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    advantages: Tensor
+    rollout_logprobs: Tensor
+    prompt_lengths: Tensor
+    response_lengths: Tensor
+    old_logprobs: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    norm: float = 1.0
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def prompt_width(self) -> int:
+        return int(self.input_ids.shape[1] - self.response_ids.shape[1])
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (unpadded) tokens, prompts included."""
+        return int(self.attention_mask.sum())
+
+    def select(self, rows: Sequence[int]) -> TrainBatch:
+        """The given rows, with padding trimmed to their own longest prompt and response."""
+        idx = torch.as_tensor(list(rows), dtype=torch.long)
+        p = int(self.prompt_lengths[idx].max())
+        r = max(1, int(self.response_lengths[idx].max()))
+        cols = slice(self.prompt_width - p, self.prompt_width + r)
+
+        def rows_of(t: Tensor | None, full: bool = False) -> Tensor | None:
+            if t is None:
+                return None
+            t = t[idx]
+            return t[:, cols] if full else (t[:, :r] if t.dim() == 2 else t)
+
+        return replace(
+            self,
+            input_ids=rows_of(self.input_ids, True),
+            attention_mask=rows_of(self.attention_mask, True),
+            position_ids=rows_of(self.position_ids, True),
+            response_ids=rows_of(self.response_ids),
+            response_mask=rows_of(self.response_mask),
+            advantages=rows_of(self.advantages),
+            rollout_logprobs=rows_of(self.rollout_logprobs),
+            old_logprobs=rows_of(self.old_logprobs),
+            ref_logprobs=rows_of(self.ref_logprobs),
+            prompt_lengths=self.prompt_lengths[idx],
+            response_lengths=self.response_lengths[idx],
+        )
+
+    def split(self, token_budget: int) -> list[TrainBatch]:
+        """Micro-batches whose ``rows x padded length`` stays within ``token_budget``.
+
+        Rows are sorted by length so that similar lengths share a micro-batch (little
+        padding); a row longer than the budget forms its own micro-batch.
+        """
+        lengths = (self.prompt_lengths + self.response_lengths).tolist()
+        order = sorted(range(self.size), key=lambda i: lengths[i])
+        chunks: list[list[int]] = []
+        for i in order:
+            rows = chunks[-1] if chunks else None
+            if rows and (len(rows) + 1) * self._padded_len([*rows, i]) <= token_budget:
+                rows.append(i)
+            else:
+                chunks.append([i])
+        return [self.select(rows) for rows in chunks]
+
+    def _padded_len(self, rows: list[int]) -> int:
+        return max(int(self.prompt_lengths[r]) for r in rows) + max(
+            int(self.response_lengths[r]) for r in rows
+        )
+
+
+def collate(samples: Sequence, pad_id: int, advantages: Tensor | None = None) -> TrainBatch:
+    """Pad rollout :class:`~marti_trainer.rollout.Sample` s into a :class:`TrainBatch`.
+
+    Samples with an empty response get one masked pad token (they train nothing).
+    """
+    if not samples:
+        raise ValueError("collate: no samples")
+    prompts = [list(s.prompt_token_ids) for s in samples]
+    responses = [list(s.response_token_ids) for s in samples]
+    p, r = max(map(len, prompts)), max(1, max(map(len, responses)))
+    b = len(samples)
+    input_ids = torch.full((b, p + r), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, p + r), dtype=torch.long)
+    resp_mask = torch.zeros((b, r))
+    old = torch.zeros((b, r))
+    for i, (pr, rs, s) in enumerate(zip(prompts, responses, samples, strict=True)):
+        input_ids[i, p - len(pr) : p] = torch.tensor(pr, dtype=torch.long)
+        input_ids[i, p : p + len(rs)] = torch.tensor(rs, dtype=torch.long)
+        attention[i, p - len(pr) : p + len(rs)] = 1
+        resp_mask[i, : len(rs)] = 1.0
+        old[i, : len(rs)] = torch.tensor(list(s.logprobs), dtype=torch.float32)
+    if advantages is None:
+        advantages = torch.zeros(b)
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+        response_ids=input_ids[:, p:].clone(),
+        response_mask=resp_mask,
+        advantages=advantages,
+        rollout_logprobs=old,
+        prompt_lengths=torch.tensor([len(x) for x in prompts]),
+        response_lengths=torch.tensor([len(x) for x in responses]),
+    )
+
+
+def sample_advantages(samples: Sequence, batch: TrainBatch, cfg: AlgorithmConfig) -> Tensor:
+    """Advantages of one agent's (or one model's) samples from their credited rewards.
+
+    Groups are the samples' ``group_key`` ``(task, agent, turn)``. REINFORCE++ estimators
+    get the per-token KL to the reference when ``cfg.kl_in_reward``.
+    """
+    rewards = torch.tensor([float(s.reward) for s in samples])
+    name = cfg.advantage
+    if name in ("grpo", "dr_grpo", "rloo"):
+        groups = group_ids_from_keys([s.group_key for s in samples])
+        return compute_advantages(name, rewards=rewards, group_ids=groups)
+    token_kl = None
+    if cfg.kl_in_reward and batch.ref_logprobs is not None:
+        token_kl = kl_estimate(batch.rollout_logprobs, batch.ref_logprobs, "k1")
+    kwargs = dict(rewards=rewards, mask=batch.response_mask, token_kl=token_kl, gamma=cfg.gamma)
+    kwargs["kl_coef"] = cfg.kl_coef if token_kl is not None else 0.0
+    if name == "reinforce_pp_baseline":
+        kwargs["group_ids"] = group_ids_from_keys([s.group_key for s in samples])
+    return compute_advantages(name, **kwargs)
+
+
+def set_norm(batch: TrainBatch, aggregation: str) -> TrainBatch:
+    """Store the whole batch's normaliser for ``aggregation`` (see :func:`micro_weight`)."""
+    batch.norm = float(max(1.0, _count(batch, aggregation)))
+    return batch
+
+
+def _count(batch: TrainBatch, aggregation: str) -> float:
+    if aggregation == "token-mean":
+        return float(batch.response_mask.sum())
+    if aggregation == "seq-mean-token-mean":
+        return float((batch.response_mask.sum(-1) > 0).sum())
+    return float(batch.size)
+
+
+def forward_logprobs(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """``(logprobs [B, R], logits [B, R, V])`` of the response tokens under ``model``."""
+    r = batch.response_ids.shape[1]
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=r + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1, :]
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logprobs_from_logits(logits, batch.response_ids), logits
+
+
+@torch.no_grad()
+def score_batch(
+    model: torch.nn.Module, batch: TrainBatch, token_budget: int, temperature: float = 1.0
+) -> Tensor:
+    """Log-probs ``[B, R]`` of every response under ``model`` (no grad, micro-batched)."""
+    out = torch.zeros_like(batch.response_mask)
+    lengths = (batch.prompt_lengths + batch.response_lengths).tolist()
+    order = sorted(range(batch.size), key=lambda i: lengths[i])
+    step = max(1, token_budget // max(1, max(lengths)))
+    for start in range(0, batch.size, step):
+        rows = order[start : start + step]
+        micro = batch.select(rows)
+        logprobs, _ = forward_logprobs(model, micro, temperature)
+        width = logprobs.shape[1]
+        out[torch.tensor(rows), :width] = logprobs.float() * micro.response_mask
+    return out
+
+
+LossFn = Callable[[torch.nn.Module, TrainBatch], tuple[Tensor, dict[str, float], float]]
+"""``loss_fn(model, micro_batch) -> (weighted loss, metrics, weight)`` used by engines."""
+
+
+def make_loss_fn(cfg: AlgorithmConfig, max_tokens: int, temperature: float = 1.0) -> LossFn:
+    """The clipped policy loss (+ KL term, - entropy bonus) of one micro-batch.
+
+    Returns a function giving ``(loss * weight, metrics, weight)``; ``metrics`` are the
+    micro-batch's own means, which the engine averages with ``weight``.
+    """
+
+    def loss_fn(model: torch.nn.Module, mb: TrainBatch) -> tuple[Tensor, dict[str, float], float]:
+        logprobs, logits = forward_logprobs(model, mb, temperature)
+        mask = mb.response_mask
+        old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
+        loss, stats = policy_loss(
+            logprobs, old, mb.advantages, mask, cfg.clip_low, cfg.clip_high,
+            cfg.aggregation, max_tokens,
+        )  # fmt: skip
+        metrics = stats.as_dict("losses/")
+        metrics["losses/policy_loss"] = float(loss.detach())
+        if mb.ref_logprobs is not None:
+            kl = kl_loss(
+                logprobs, mb.ref_logprobs, mask, cfg.kl_estimator, cfg.aggregation, max_tokens
+            )
+            metrics["losses/kl_ref"] = float(kl.detach())
+            if cfg.kl_coef > 0 and not cfg.kl_in_reward:
+                loss = loss + cfg.kl_coef * kl
+        if cfg.entropy_coef > 0:
+            entropy = masked_mean(entropy_from_logits(logits.float()), mask)
+            loss = loss - cfg.entropy_coef * entropy
+        else:
+            with torch.no_grad():
+                entropy = masked_mean(_entropy_rows(logits), mask)
+        metrics["losses/entropy"] = float(entropy.detach())
+        metrics["losses/rollout_kl"] = float(
+            masked_mean(kl_estimate(mb.rollout_logprobs, logprobs.detach().float(), "k3"), mask)
+        )
+        weight = _count(mb, cfg.aggregation) / mb.norm
+        return loss * weight, metrics, weight
+
+    return loss_fn
+
+
+def _entropy_rows(logits: Tensor) -> Tensor:
+    """Entropy ``[B, R]`` in float32, one row at a time (bounded memory)."""
+    return torch.stack([entropy_from_logits(row.float()) for row in logits])

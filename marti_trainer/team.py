@@ -1,0 +1,283 @@
+"""Agents -> trainable units: which weights each agent's samples train, and how the rollout
+backend gets the new weights.
+
+``model.sharing``:
+
+``shared``
+    One model (one :class:`Unit` named ``"policy"``) trained on every agent's samples.
+``per_agent``
+    One full model per agent (a unit per agent, each with its own optimizer).
+``lora``
+    One frozen fp32 base model with one LoRA adapter per agent (PEFT); each agent's unit
+    updates only its adapter, so three agents cost about one model's memory.
+
+Every unit has a training model (fp32 master weights) and a rollout policy. After each
+update :meth:`Team.sync` pushes the new weights to the rollout backend: ``hf`` copies the
+tensors in place (``HFPolicy.load_weights``) or, with ``rollout.dtype=float32``, generates
+with the training model itself; ``vllm`` reloads a saved safetensors directory; LoRA
+adapters are saved and re-registered with ``add_adapter``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from marti_trainer.config import TrainConfig
+from marti_trainer.engines import Engine, make_engine
+from marti_trainer.learner import LossFn, TrainBatch, score_batch
+from marti_trainer.models import resolve_model
+from marti_trainer.policies import Policy, make_policy
+
+__all__ = ["Team", "Unit", "build_team"]
+
+
+@dataclass
+class Unit:
+    """One set of trained weights and the agents whose samples train it."""
+
+    name: str
+    agents: list[str]
+    model: torch.nn.Module
+    engine: Engine
+    policy: Policy
+    adapter: str | None = None
+    in_place: bool = False  # the policy generates with `model` itself: nothing to sync
+    ref: Callable[[TrainBatch], torch.Tensor] | None = None
+
+
+@dataclass
+class Team:
+    units: list[Unit]
+    model_dir: Path
+    tokenizer: Any
+    work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="marti-sync-")))
+
+    def unit_of(self, agent: str) -> Unit:
+        for unit in self.units:
+            if agent in unit.agents:
+                return unit
+        raise KeyError(f"no trained unit for agent {agent!r}")
+
+    def rollout_policies(self, greedy_dedup: bool = False) -> dict[str, Any]:
+        """agent -> policy (or ``(policy, adapter)``), as ``rollout(policies=...)`` takes.
+
+        With ``greedy_dedup`` each backend policy is wrapped in one :class:`GreedyDedup`.
+        """
+        wrapped: dict[int, Policy] = {}
+        out = {}
+        for u in self.units:
+            policy = u.policy
+            if greedy_dedup:
+                policy = wrapped.setdefault(id(u.policy), GreedyDedup(u.policy))
+            for agent in u.agents:
+                out[agent] = (policy, u.adapter) if u.adapter else policy
+        return out
+
+    def sync(self, unit: Unit) -> None:
+        """Push ``unit``'s current weights to its rollout policy."""
+        if unit.in_place:
+            return
+        if unit.adapter is not None:
+            folder = self.work_dir / unit.adapter
+            unit.model.save_pretrained(folder, selected_adapters=[unit.adapter])
+            config = next(folder.rglob("adapter_config.json"))
+            unit.policy.add_adapter(unit.adapter, config.parent)
+        elif getattr(unit.policy, "accepts_tensors", True) and _is_hf(unit.policy):
+            unit.policy.load_weights(unit.engine.weights())
+        else:  # vLLM and others reload a directory
+            folder = self.work_dir / unit.name
+            unit.engine.save(folder)
+            unit.policy.load_weights(folder)
+
+    def close(self) -> None:
+        seen: set[int] = set()
+        for unit in self.units:
+            if id(unit.policy) not in seen:
+                seen.add(id(unit.policy))
+                unit.policy.close()
+
+
+class GreedyDedup(Policy):
+    """Greedy decoding of a rollout's requests, each distinct prompt generated once.
+
+    In a debate with one shared model the debaters see identical prompts; greedy
+    evaluation then needs one generation per distinct prompt, not one per agent. The rollout
+    engine calls :meth:`generate_each` with every pending request (``driver="batch"``).
+    Only the public :class:`Policy` API is used, so any backend works.
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def generate_each(self, prompts, params, adapter=None) -> list:
+        if any(p.temperature != 0 for p in params):
+            raise ValueError("GreedyDedup serves greedy requests only (temperature 0)")
+        unique: dict[tuple, list[int]] = {}
+        for i, messages in enumerate(prompts):
+            unique.setdefault(tuple((m["role"], m["content"]) for m in messages), []).append(i)
+        first = [prompts[rows[0]] for rows in unique.values()]
+        outs = self.policy.generate(first, replace(params[0], seed=None), adapter)
+        result: list = [None] * len(prompts)
+        for rows, out in zip(unique.values(), outs, strict=True):
+            for i in rows:
+                result[i] = out[0]
+        return result
+
+    def generate(self, prompts, params, adapter=None) -> list:
+        return self.policy.generate(prompts, params, adapter)
+
+    def load_weights(self, source) -> None:
+        self.policy.load_weights(source)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self.policy.max_context_tokens
+
+    def close(self) -> None:
+        pass
+
+
+def _is_hf(policy: Policy) -> bool:
+    return type(policy).__name__ == "HFPolicy"
+
+
+def load_model(model_dir: Path, gradient_checkpointing: bool) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, local_files_only=True
+    )
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    model.eval()
+    return model
+
+
+def _make_policy(cfg: TrainConfig, model_dir: Path, model: torch.nn.Module | None) -> Policy:
+    kwargs: dict[str, Any] = {}
+    if cfg.rollout.backend == "hf":
+        kwargs = {"batch_size": cfg.rollout.batch_size, "seed": cfg.seed}
+        if model is not None:  # generate with the training model itself (fp32, in place)
+            return make_policy("hf", model, tokenizer=model_dir, **kwargs)
+        kwargs["dtype"] = cfg.rollout.dtype
+    return make_policy(cfg.rollout.backend, str(model_dir), **kwargs)
+
+
+def _frozen_scorer(
+    model: torch.nn.Module, cfg: TrainConfig
+) -> Callable[[TrainBatch], torch.Tensor]:
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return lambda batch: score_with(model, batch, cfg)
+
+
+def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> torch.Tensor:
+    ctx = (
+        torch.autocast("cpu" if batch.input_ids.device.type == "cpu" else "cuda", torch.bfloat16)
+        if cfg.optim.precision == "bf16"
+        else _null()
+    )
+    with ctx:
+        return score_batch(model, batch, cfg.optim.micro_batch_tokens, cfg.rollout.temperature)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: bool) -> Team:
+    """Models, engines and rollout policies for ``cfg.model.sharing`` (see module docstring)."""
+    from transformers import AutoTokenizer
+
+    model_dir = resolve_model(cfg.model.name)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    steps = cfg.total_steps * cfg.algorithm.updates_per_batch
+    in_place = (
+        cfg.rollout.backend == "hf"
+        and cfg.rollout.dtype == "float32"
+        and cfg.optim.engine == "torch"
+    )
+    if cfg.model.sharing == "lora":
+        team = Team(
+            _lora_units(cfg, agents, model_dir, loss_fn, steps, want_ref), model_dir, tokenizer
+        )
+        for unit in team.units:  # register every adapter with the rollout policy
+            team.sync(unit)
+        return team
+    groups = [("policy", agents)] if cfg.model.sharing == "shared" else [(a, [a]) for a in agents]
+    units = []
+    for name, members in groups:
+        model = load_model(model_dir, cfg.model.gradient_checkpointing)
+        engine = make_engine(model, cfg.optim, loss_fn, steps)
+        model = engine.model
+        policy = _make_policy(cfg, model_dir, model if in_place else None)
+        ref = None
+        if want_ref:
+            ref = _frozen_scorer(load_model(model_dir, False), cfg)
+        units.append(Unit(name, members, model, engine, policy, in_place=in_place, ref=ref))
+    return Team(units, model_dir, tokenizer)
+
+
+def _lora_units(
+    cfg: TrainConfig,
+    agents: list[str],
+    model_dir: Path,
+    loss_fn: LossFn,
+    steps: int,
+    want_ref: bool,
+) -> list[Unit]:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ImportError("model.sharing=lora needs peft: pip install peft") from exc
+    base = load_model(model_dir, cfg.model.gradient_checkpointing)
+    lora = LoraConfig(
+        r=cfg.model.lora_rank,
+        lora_alpha=cfg.model.lora_alpha,
+        target_modules=list(cfg.model.lora_targets),
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+    peft_model = get_peft_model(base, lora, adapter_name=agents[0])
+    for agent in agents[1:]:
+        peft_model.add_adapter(agent, lora)
+    policy = _make_policy(cfg, model_dir, None)
+    ref = None
+    if want_ref:
+
+        def ref(batch: TrainBatch) -> torch.Tensor:
+            with peft_model.disable_adapter():
+                return score_with(peft_model, batch, cfg)
+
+    units = []
+    for agent in agents:
+        params = [p for n, p in peft_model.named_parameters() if f".{agent}." in n and "lora_" in n]
+        for p in params:
+            p.requires_grad_(True)
+
+        def activate(name: str = agent) -> None:
+            peft_model.set_adapter(name)
+            for n, p in peft_model.named_parameters():  # set_adapter freezes the others
+                if "lora_" in n:
+                    p.requires_grad_(True)
+
+        engine = make_engine(
+            peft_model, cfg.optim, loss_fn, steps, params=params, activate=activate
+        )
+        units.append(Unit(agent, [agent], peft_model, engine, policy, adapter=agent, ref=ref))
+    return units

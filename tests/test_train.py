@@ -1,0 +1,228 @@
+"""The training loop on a tiny random-weight model: outputs, weight sync into the rollout
+backend, exact resumption; and (slow) one real step with the default model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from marti_env.tasks import ArithmeticTasks
+from marti_trainer.config import config_from_dict, load_config
+from marti_trainer.learner import collate, make_loss_fn, set_norm
+from marti_trainer.metrics import read_metrics
+from marti_trainer.models import tiny_random_model
+from marti_trainer.policies import SamplingParams
+from marti_trainer.team import build_team
+from marti_trainer.train import TaskSampler, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tiny_random_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+def length_reward(task, response: str) -> float:
+    """A reward a random model earns: varies with the response, so groups have spread."""
+    return float(len(response) % 3) / 2
+
+
+def tiny_config(tiny_dir, out: Path, **overrides):
+    data = {
+        "exp_name": "tiny",
+        "total_steps": 3,
+        "env": {
+            "id": "mad-v0",
+            "kwargs": {"num_agents": 2, "rounds": 2, "reward": length_reward},
+            "credit": "score",
+            "train_tasks": {"type": "arithmetic", "levels": [1], "size": 50},
+            "eval_tasks": {"type": "arithmetic", "levels": [1], "split": "test", "size": 3},
+        },
+        "model": {"name": str(tiny_dir)},
+        "rollout": {"tasks_per_step": 2, "n_samples": 2, "max_tokens": 6, "dtype": "float32"},
+        "optim": {"lr": 1e-3, "precision": "fp32", "micro_batch_tokens": 256},
+        "eval": {"at_start": False, "at_end": False},
+        "log": {"output_dir": str(out), "progress": False, "tensorboard": False, "plots": False},
+    }
+    for key, value in overrides.items():
+        section, _, name = key.rpartition("__")
+        node = data
+        for part in section.split("__") if section else []:
+            node = node.setdefault(part, {})
+        node[name] = value
+    return config_from_dict(data)
+
+
+def losses(history):
+    return [
+        (h["step"], h["losses/policy/policy_loss"], h["optim/policy/grad_norm"])
+        for h in history
+        if "losses/policy/policy_loss" in h
+    ]
+
+
+def test_task_sampler_is_seeded_and_resumable():
+    source = ArithmeticTasks(size=7)
+    a = TaskSampler(source, seed=3)
+    first = [t.id for t in a.draw(5)]
+    state = a.state_dict()
+    rest = [t.id for t in a.draw(6)]  # crosses into epoch 1
+    b = TaskSampler(source, seed=3)
+    b.load_state_dict(state)
+    assert [t.id for t in b.draw(6)] == rest
+    assert len(set(first + rest[:2])) == 7  # an epoch visits every task once
+    assert [t.id for t in TaskSampler(source, seed=3).draw(5)] == first
+
+
+def test_run_writes_metrics_checkpoints_plots_and_summary(tiny_dir, tmp_path):
+    cfg = tiny_config(
+        tiny_dir, tmp_path, eval__at_end=True, log__plots=True, log__tensorboard=True,
+        log__save_every=1, log__keep_last=2, run_name="r",
+    )  # fmt: skip
+    result = train(cfg)
+    run = tmp_path / "r"
+    assert result.run_dir == run
+    history = read_metrics(run)
+    assert [h["step"] for h in history] == [1, 2, 3]
+    last = history[-1]
+    for key in (
+        "rollout/debater_0/reward", "rollout/debater_1/reward", "rollout/zero_spread_groups",
+        "losses/policy/approx_kl", "losses/policy/entropy", "losses/policy/clip_frac_high",
+        "optim/policy/grad_norm", "charts/step_s", "eval/accuracy", "eval/boxed_rate",
+    ):  # fmt: skip
+        assert key in last, key
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000003"]
+    assert {p.name for p in (run / "checkpoints" / "step_000003").iterdir()} == {
+        "policy.safetensors", "state.pt", "config.yaml"
+    }  # fmt: skip
+    assert {p.name for p in (run / "plots").iterdir()} == {"reward.png", "accuracy.png", "kl.png"}
+    assert any((run / "tb").iterdir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 3 and "accuracy_after" in summary
+    assert (run / "transcripts.jsonl").read_text().count("\n") == 3 * 2 * 2  # steps x episodes
+
+
+def test_killed_and_resumed_run_reproduces_the_uninterrupted_losses(tiny_dir, tmp_path):
+    full = train(tiny_config(tiny_dir, tmp_path, total_steps=4, run_name="full", log__save_every=2))
+    # The same run "killed" after step 3: the newest checkpoint is step 2, step 3 is lost.
+    cfg = tiny_config(tiny_dir, tmp_path, total_steps=4, run_name="cut", log__save_every=2)
+    train(cfg, stop_at_step=3)
+    resumed = train(cfg, resume=tmp_path / "cut")
+    expected = losses(full.history)
+    assert len(expected) == 4 and all(grad > 0 for _, _, grad in expected)
+    assert losses(resumed.history) == expected  # exactly equal, steps 1-2 kept, 3-4 redone
+    assert [h["step"] for h in read_metrics(tmp_path / "cut")] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("sharing", "dtype"),
+    [("shared", "float32"), ("shared", "bfloat16"), ("per_agent", "bfloat16"), ("lora", "float32")],
+)
+def test_generation_uses_the_updated_weights(tiny_dir, sharing, dtype):
+    """Train one agent's weights towards a fixed completion, sync, and generate it."""
+    overrides = [
+        f"model.name={tiny_dir}", f"model.sharing={sharing}", f"rollout.dtype={dtype}",
+        "optim.lr=1e-2", "optim.precision=fp32", "model.lora_rank=8", "model.lora_alpha=16",
+    ]  # fmt: skip
+    cfg = load_config(None, overrides)
+    team = build_team(cfg, ["debater_0", "debater_1"], make_loss_fn(cfg.algorithm, 8), False)
+    unit = team.unit_of("debater_0")
+    policy = team.rollout_policies()["debater_0"]
+    policy, adapter = policy if isinstance(policy, tuple) else (policy, None)
+    prompt = [{"role": "user", "content": "What is 2 + 2?"}]
+    greedy = SamplingParams(temperature=0, max_tokens=4)
+    before = policy.generate([prompt], greedy, adapter)[0][0]
+    target = [t for t in team.tokenizer.encode(" 4 four 4") if t not in before.token_ids][:4]
+    sample = SimpleNamespace(
+        prompt_token_ids=before.prompt_token_ids, response_token_ids=target, logprobs=[0.0] * 4
+    )
+    batch = set_norm(collate([sample], team.tokenizer.pad_token_id, torch.ones(1)), "token-mean")
+    for _ in range(30):  # train, push the weights, generate, until it says the target
+        for _ in range(5):
+            unit.engine.step(batch)
+        team.sync(unit)
+        after = policy.generate([prompt], greedy, adapter)[0][0]
+        if after.token_ids[: len(target)] == target:
+            break
+    assert after.token_ids[: len(target)] == target != before.token_ids[: len(target)]
+    if sharing != "shared":  # the other agent's weights did not move
+        other = team.rollout_policies()["debater_1"]
+        other, other_adapter = other if isinstance(other, tuple) else (other, None)
+        assert other.generate([prompt], greedy, other_adapter)[0][0].token_ids == before.token_ids
+    team.close()
+
+
+@pytest.mark.slow
+def test_quickstart_config_runs_two_real_steps(tmp_path):
+    """The real default model, the quickstart config, two steps (a few minutes on 2 cores)."""
+    cfg = load_config(
+        REPO / "baselines" / "quickstart.yaml",
+        [
+            "total_steps=2", "rollout.tasks_per_step=2", "rollout.n_samples=4",
+            "env.eval_tasks={type: arithmetic, levels: [1, 2], split: test, size: 8}",
+            f"log.output_dir={tmp_path}", "log.progress=false",
+        ],
+    )  # fmt: skip
+    result = train(cfg)
+    history = result.history
+    assert [h["step"] for h in history] == [0, 1, 2]
+    assert history[0]["eval/boxed_rate"] > 0.5  # the worked example makes it box answers
+    assert "losses/policy/entropy" in history[-1]
+    assert (result.run_dir / "plots" / "accuracy.png").is_file()
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_deepspeed_engine_trains_in_the_loop(tiny_dir, tmp_path, stage):
+    pytest.importorskip("deepspeed")
+    cfg = tiny_config(
+        tiny_dir, tmp_path, total_steps=2, run_name="ds", rollout__dtype="bfloat16",
+        optim__engine="deepspeed", optim__zero_stage=stage,
+    )  # fmt: skip
+    history = train(cfg).history
+    assert [h["step"] for h in history] == [1, 2]
+    assert all(h["optim/policy/grad_norm"] > 0 for h in history)
+
+
+def test_cli_train_then_resume(tiny_dir, tmp_path, capsys):
+    from marti_trainer.cli import main
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        f"exp_name: cli\ntotal_steps: 2\nmodel: {{name: {tiny_dir}}}\n"
+        "env: {kwargs: {num_agents: 2, rounds: 1}, "
+        "train_tasks: {type: arithmetic, levels: [1], size: 20}, "
+        "eval_tasks: {type: arithmetic, levels: [1], split: test, size: 2}}\n"
+        "rollout: {tasks_per_step: 1, n_samples: 2, max_tokens: 4}\n"
+        f"log: {{output_dir: {tmp_path / 'runs'}, progress: false, tensorboard: false}}\n"
+    )
+    assert main(["train", str(config), "log.save_every=1", "eval.at_start=false"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out greedy accuracy" in out and "run directory" in out
+    # Resuming a finished run reruns nothing and still ends with a summary.
+    assert main(["train", str(config), "--resume"]) == 0
+    assert main(["train", str(config), "optim.lrr=1"]) == 2
+    assert "did you mean 'optim.lr'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sharing", ["per_agent", "lora"])
+def test_each_agent_trains_its_own_weights(tiny_dir, tmp_path, sharing):
+    cfg = tiny_config(
+        tiny_dir, tmp_path, total_steps=2, run_name=sharing, model__sharing=sharing,
+        rollout__dtype="bfloat16", model__lora_rank=4,
+    )  # fmt: skip
+    result = train(cfg)
+    last = result.history[-1]
+    for agent in ("debater_0", "debater_1"):  # one engine (and optimizer) per agent
+        assert last[f"optim/{agent}/grad_norm"] > 0
+    files = {p.name for p in (result.run_dir / "checkpoints" / "step_000002").iterdir()}
+    assert {"debater_0.safetensors", "debater_1.safetensors"} <= files
+    if sharing == "lora":  # only the adapters are trained and saved
+        from safetensors.torch import load_file
+
+        names = load_file(result.run_dir / "checkpoints" / "step_000002" / "debater_0.safetensors")
+        assert names and all("lora_" in n and ".debater_0." in n for n in names)
