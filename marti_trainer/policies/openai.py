@@ -9,7 +9,7 @@ Why ``/v1/completions`` with locally rendered token ids, not ``/v1/chat/completi
 the trainer needs the exact prompt token ids the policy was conditioned on. The chat
 endpoint renders the template on the server (with its own template version, defaults and
 special-token handling) and reports only text; here the prompt is rendered with the local
-tokenizer's chat template (:func:`~marti_trainer.policies.vllm.render_chat_prompts`, the same
+tokenizer's chat template (:func:`~marti_trainer.policies.base.tokenize_prompts`, the same
 as the ``hf`` and ``vllm`` backends) and sent as token ids, so ``prompt_token_ids`` are
 exactly what the server saw (when the server echoes them, they are checked).
 
@@ -60,9 +60,10 @@ from marti_trainer.policies.base import (
     Policy,
     PolicyError,
     SamplingParams,
+    tokenize_prompts,
     validate_prompts,
 )
-from marti_trainer.policies.vllm import WORKER_EXTENSION, WeightStager, render_chat_prompts
+from marti_trainer.policies.vllm import WORKER_EXTENSION, WeightStager
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -281,7 +282,7 @@ class OpenAIPolicy(Policy):
             )
         if not prompts:
             return []
-        prompt_ids = render_chat_prompts(self._tokenizer, prompts, params, self._max_context)
+        prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
         model = adapter if adapter is not None else self._model
         futures = [
             self._pool.submit(self._complete, i, ids, params, model)

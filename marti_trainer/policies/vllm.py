@@ -7,8 +7,9 @@ not import vllm or torch; constructing a :class:`VLLMPolicy` does.
 How the contract of :class:`~marti_trainer.policies.base.Generation` is met:
 
 - **Prompts.** Chat messages are rendered locally with the tokenizer's chat template
-  (:func:`render_chat_prompts`) and passed to vLLM as token ids, so ``prompt_token_ids`` are
-  exactly what the model saw, identical to the ``hf`` backend's.
+  (:func:`~marti_trainer.policies.base.tokenize_prompts`, shared by every backend) and
+  passed to vLLM as token ids, so ``prompt_token_ids`` are exactly what the model saw,
+  identical to the ``hf`` backend's.
 - **Log-probs.** vLLM's default ``logprobs_mode="raw_logprobs"`` reports
   ``log_softmax(logits)`` *before* temperature and top-p (vLLM 0.32, ``vllm/v1/sample/
   sampler.py``: step 1 computes them from the raw logits). The engine is therefore built
@@ -70,8 +71,8 @@ from marti_trainer.policies.base import (
     Message,
     Policy,
     PolicyError,
-    PromptTooLongError,
     SamplingParams,
+    tokenize_prompts,
     validate_prompts,
 )
 
@@ -83,7 +84,6 @@ __all__ = [
     "VLLMPolicy",
     "WeightStager",
     "WorkerExtension",
-    "render_chat_prompts",
 ]
 
 WORKER_EXTENSION = "marti_trainer.policies.vllm.WorkerExtension"
@@ -98,65 +98,6 @@ _INSTALL_HINT = (
 
 
 # --------------------------------------------------------------------------- shared helpers
-def render_chat_prompts(
-    tokenizer: Any,
-    prompts: Sequence[Sequence[Message]],
-    params: SamplingParams,
-    max_context_tokens: int,
-) -> list[list[int]]:
-    """Render chat prompts with the tokenizer's chat template and tokenise them.
-
-    Each prompt is rendered with ``apply_chat_template(..., add_generation_prompt=True)`` to
-    text, then tokenised without adding special tokens (the template wrote them), as the
-    ``hf`` backend does. Prompts are assumed valid (:func:`validate_prompts`).
-
-    Args:
-        tokenizer: a Hugging Face tokenizer with a chat template.
-        prompts: one list of messages per request.
-        params: the request's sampling parameters (``truncate_prompt`` and ``max_tokens``
-            are used).
-        max_context_tokens: the context length in tokens.
-
-    Returns:
-        One list of token ids per prompt. With ``params.truncate_prompt`` a prompt longer
-        than ``max(1, max_context_tokens - params.max_tokens)`` tokens keeps only its last
-        that many tokens.
-
-    Raises:
-        PolicyError: the chat template failed on a prompt (naming its index).
-        PromptTooLongError: without ``truncate_prompt``, some prompts have
-            ``>= max_context_tokens`` tokens (all such indices named; nothing generated).
-    """
-    texts = []
-    for i, messages in enumerate(prompts):
-        try:
-            texts.append(
-                tokenizer.apply_chat_template(
-                    [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
-                )
-            )
-        except Exception as exc:
-            raise PolicyError(
-                f"request {i}: the chat template failed: {type(exc).__name__}: {exc}", [i]
-            ) from exc
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    ids: list[list[int]] = [list(x) for x in encoded]
-    if params.truncate_prompt:
-        keep = max(1, max_context_tokens - params.max_tokens)
-        return [p[-keep:] if len(p) > keep else p for p in ids]
-    too_long = [(i, len(p)) for i, p in enumerate(ids) if len(p) >= max_context_tokens]
-    if too_long:
-        shown = ", ".join(f"request {i}: {n} tokens" for i, n in too_long[:10])
-        more = f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
-        raise PromptTooLongError(
-            f"{len(too_long)} prompt(s) do not fit the context of {max_context_tokens} tokens "
-            f"(max_context_tokens; a prompt must leave room for >= 1 new token): "
-            f"{shown}{more}. Shorten them or pass SamplingParams(truncate_prompt=True).",
-            [i for i, _ in too_long],
-        )
-    return ids
-
-
 def _weight_files(folder: Path) -> list[Path]:
     """The ``*.safetensors`` weight files of a checkpoint directory (adapters excluded)."""
     return sorted(p for p in folder.glob("*.safetensors") if p.name != "adapter_model.safetensors")
@@ -537,7 +478,7 @@ class VLLMPolicy(Policy):
             lora = self._adapters[adapter]
         if not prompts:
             return []
-        prompt_ids = render_chat_prompts(self._tokenizer, prompts, params, self._max_context)
+        prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
 
         from vllm import SamplingParams as VLLMSamplingParams
 
