@@ -188,6 +188,11 @@ class LogConfig:
     keep_last: int = _f(2, "Checkpoints to keep (oldest removed).")
     plots: bool = _f(True, "Write PNG plots of reward, accuracy and KL per agent at the end.")
     transcripts: bool = _f(True, "Write episode records to transcripts.jsonl.")
+    ref_kl_samples: int = _f(
+        16,
+        "Samples per agent scored each step by the initial (reference) model for the metric "
+        "kl/<agent> = KL(current || initial) (0 = off; all samples when algorithm.kl_coef > 0).",
+    )
 
 
 @dataclass

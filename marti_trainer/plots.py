@@ -27,6 +27,20 @@ def _panel(ax, history: list[dict], keys: list[str], label_of, title: str, ylabe
         ax.legend(fontsize=8)
 
 
+_NAMES = {"eval/accuracy": "team (final answer)", "eval/boxed_rate": "boxed rate"}
+
+
+def _last_round_keys(keys: list[str]) -> list[str]:
+    """``eval/<agent>/round<r>_accuracy`` of each agent's last round."""
+    last: dict[str, tuple[int, str]] = {}
+    for k in keys:
+        parts = k.split("/")
+        if len(parts) == 3 and parts[0] == "eval" and parts[2].startswith("round"):
+            r = int(parts[2].removeprefix("round").split("_")[0])
+            last[parts[1]] = max(last.get(parts[1], (r, k)), (r, k))
+    return [last[a][1] for a in sorted(last)]
+
+
 def plot_run(run_dir: str | Path) -> list[Path]:
     """Write ``reward.png``, ``accuracy.png`` and ``kl.png`` into ``run_dir/plots``."""
     import matplotlib
@@ -48,16 +62,15 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             "mean reward",
         ),
         "accuracy": (
-            ["eval/accuracy", "eval/boxed_rate"]
-            + [k for k in keys if k.startswith("eval/") and k.endswith("_accuracy")],
-            lambda k: k.removeprefix("eval/"),
+            ["eval/accuracy", "eval/boxed_rate", *_last_round_keys(keys)],
+            lambda k: _NAMES.get(k, k.split("/")[1]),
             "Held-out greedy accuracy",
             "fraction",
         ),
         "kl": (
-            [k for k in keys if k.startswith("losses/") and k.endswith(("/kl_ref", "/rollout_kl"))],
-            lambda k: k.removeprefix("losses/"),
-            "KL per agent (to reference; rollout vs trainer)",
+            [k for k in keys if k.startswith("kl/")],
+            lambda k: k.removeprefix("kl/"),
+            "KL(current || initial policy) per agent",
             "KL (nats/token)",
         ),
     }

@@ -20,6 +20,7 @@ adapters are saved and re-registered with ``add_adapter``.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,7 @@ class Unit:
     policy: Policy
     adapter: str | None = None
     in_place: bool = False  # the policy generates with `model` itself: nothing to sync
+    version: int = 0  # adapter versions pushed to the policy
     ref: Callable[[TrainBatch], torch.Tensor] | None = None
 
 
@@ -83,17 +85,16 @@ class Team:
         """Push ``unit``'s current weights to its rollout policy."""
         if unit.in_place:
             return
-        if unit.adapter is not None:
-            folder = self.work_dir / unit.adapter
-            unit.model.save_pretrained(folder, selected_adapters=[unit.adapter])
-            config = next(folder.rglob("adapter_config.json"))
-            unit.policy.add_adapter(unit.adapter, config.parent)
-        elif getattr(unit.policy, "accepts_tensors", True) and _is_hf(unit.policy):
+        if unit.adapter is None:  # HF copies in place; vLLM stages the tensors and reloads
             unit.policy.load_weights(unit.engine.weights())
-        else:  # vLLM and others reload a directory
-            folder = self.work_dir / unit.name
-            unit.engine.save(folder)
-            unit.policy.load_weights(folder)
+            return
+        # A new folder per version: a backend may read an adapter's files lazily.
+        unit.version += 1
+        folder = self.work_dir / f"{unit.adapter}-{unit.version}"
+        unit.model.save_pretrained(folder, selected_adapters=[unit.adapter])
+        config = next(folder.rglob("adapter_config.json"))
+        unit.policy.add_adapter(unit.adapter, config.parent)
+        shutil.rmtree(self.work_dir / f"{unit.adapter}-{unit.version - 2}", ignore_errors=True)
 
     def close(self) -> None:
         seen: set[int] = set()
@@ -147,10 +148,6 @@ class GreedyDedup(Policy):
         pass
 
 
-def _is_hf(policy: Policy) -> bool:
-    return type(policy).__name__ == "HFPolicy"
-
-
 def load_model(model_dir: Path, gradient_checkpointing: bool) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
@@ -165,12 +162,14 @@ def load_model(model_dir: Path, gradient_checkpointing: bool) -> torch.nn.Module
 
 
 def _make_policy(cfg: TrainConfig, model_dir: Path, model: torch.nn.Module | None) -> Policy:
-    kwargs: dict[str, Any] = {}
     if cfg.rollout.backend == "hf":
-        kwargs = {"batch_size": cfg.rollout.batch_size, "seed": cfg.seed}
+        kwargs: dict[str, Any] = {"batch_size": cfg.rollout.batch_size, "seed": cfg.seed}
         if model is not None:  # generate with the training model itself (fp32, in place)
             return make_policy("hf", model, tokenizer=model_dir, **kwargs)
-        kwargs["dtype"] = cfg.rollout.dtype
+        return make_policy("hf", str(model_dir), dtype=cfg.rollout.dtype, **kwargs)
+    kwargs = {"dtype": cfg.rollout.dtype, "seed": cfg.seed}
+    if cfg.model.sharing == "lora":
+        kwargs.update(enable_lora=True, max_lora_rank=cfg.model.lora_rank, max_loras=8)
     return make_policy(cfg.rollout.backend, str(model_dir), **kwargs)
 
 

@@ -31,6 +31,7 @@ import yaml
 import marti_env
 from marti_env.credit import make_credit
 from marti_env.tasks import TaskSource, make_task_source
+from marti_trainer.algorithms import kl_estimate, masked_mean
 from marti_trainer.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -38,6 +39,7 @@ from marti_trainer.checkpoint import (
     set_rng_state,
 )
 from marti_trainer.config import TrainConfig
+from marti_trainer.evaluate import summarize as summarize_eval
 from marti_trainer.learner import collate, make_loss_fn, sample_advantages, set_norm
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.policies import SamplingParams
@@ -111,11 +113,14 @@ def evaluate(team: Team, cfg: TrainConfig, tasks: list, env_kwargs: dict) -> dic
         mode="sync", seed=cfg.seed, env_kwargs=env_kwargs, progress=False,
         max_concurrency=10**6, driver="batch",
     )  # fmt: skip
-    turns = [t for e in batch.episodes for t in e.turns]
+    result = summarize_eval(batch, cfg.model.name)  # the definitions `marti eval` reports
     out = {
-        "eval/accuracy": float(np.mean([e.outcome for e in batch.episodes])),
-        "eval/boxed_rate": float(np.mean([bool(t.answer) for t in turns])),
+        "eval/accuracy": result.avg_at_k,
+        "eval/boxed_rate": result.boxed_rate,
+        "eval/truncated_rate": result.truncated_rate,
+        "eval/tokens_per_task": result.tokens_per_task,
     }
+    turns = [t for e in batch.episodes for t in e.turns]
     for key in sorted({(t.agent, t.round) for t in turns}):
         scores = [t.score for t in turns if (t.agent, t.round) == key]
         out[f"eval/{key[0]}/round{key[1]}_accuracy"] = float(np.mean(scores))
@@ -130,8 +135,11 @@ def update_unit(unit: Unit, samples: list, cfg: TrainConfig, pad_id: int, step: 
         return unit.remote_update(samples, step)
     alg = cfg.algorithm
     batch = collate(samples, pad_id)
+    kl_metrics = {}
     if unit.ref is not None:
-        batch.ref_logprobs = unit.ref(batch)
+        if alg.kl_coef > 0:
+            batch.ref_logprobs = unit.ref(batch)
+        kl_metrics = reference_kl(unit, batch, samples, cfg, step)
     batch.advantages = sample_advantages(samples, batch, alg)
     if alg.updates_per_batch > 1:  # later mini-batches are off-policy: keep pre-update logprobs
         batch.old_logprobs = score_with(unit.model, batch, cfg)
@@ -153,7 +161,32 @@ def update_unit(unit: Unit, samples: list, cfg: TrainConfig, pad_id: int, step: 
             totals[key] += value / alg.updates_per_batch
         totals["charts/update_tokens"] += float(minibatch.num_tokens)
     totals["losses/zero_advantage_frac"] = 1.0 - float(signal.float().mean())
-    return {k.replace("/", f"/{unit.name}/", 1): v for k, v in totals.items()}
+    return {**{k.replace("/", f"/{unit.name}/", 1): v for k, v in totals.items()}, **kl_metrics}
+
+
+def reference_kl(unit: Unit, batch, samples: list, cfg: TrainConfig, step: int) -> dict:
+    """``kl/<agent>``: KL(current || initial policy) per agent, k3 on the sampled tokens.
+
+    The rollout's log-probs are the current policy's; the reference's come from the frozen
+    initial model: on every sample when the KL is trained (``kl_coef > 0``), else on a
+    seeded subset of ``log.ref_kl_samples`` samples per agent (a cheap estimate).
+    """
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, step, 1))
+    out = {}
+    for agent in unit.agents:
+        rows = [i for i, s in enumerate(samples) if s.agent == agent]
+        if not rows:
+            continue
+        if batch.ref_logprobs is not None:
+            ref, sub = batch.ref_logprobs[rows], batch.select(rows)
+            ref = ref[:, : sub.response_mask.shape[1]]
+        else:
+            pick = torch.randperm(len(rows), generator=gen)[: cfg.log.ref_kl_samples].tolist()
+            sub = batch.select([rows[i] for i in pick])
+            ref = unit.ref(sub)
+        kl = kl_estimate(sub.rollout_logprobs, ref, "k3")
+        out[f"kl/{agent}"] = float(masked_mean(kl, sub.response_mask))
+    return out
 
 
 def _run_dir(cfg: TrainConfig) -> Path:
@@ -217,7 +250,7 @@ def train(
     env_kwargs = {**cfg.env.kwargs, "credit": credit}
     sampler = TaskSampler(make_task_source(cfg.env.train_tasks), cfg.seed)
     eval_tasks = list(make_task_source(cfg.env.eval_tasks))
-    want_ref = cfg.algorithm.kl_coef > 0
+    want_ref = cfg.algorithm.kl_coef > 0 or cfg.log.ref_kl_samples > 0
     loss_fn = make_loss_fn(cfg.algorithm, cfg.rollout.max_tokens, cfg.rollout.temperature)
     if cfg.distributed.backend == "ray":  # marti_trainer.distributed: units on Ray actors
         from marti_trainer.distributed import build_ray_team

@@ -94,6 +94,7 @@ def test_run_writes_metrics_checkpoints_plots_and_summary(tiny_dir, tmp_path):
         "rollout/debater_0/reward", "rollout/debater_1/reward", "rollout/zero_spread_groups",
         "losses/policy/approx_kl", "losses/policy/entropy", "losses/policy/clip_frac_high",
         "optim/policy/grad_norm", "charts/step_s", "eval/accuracy", "eval/boxed_rate",
+        "kl/debater_0", "kl/debater_1",
     ):  # fmt: skip
         assert key in last, key
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000003"]
@@ -120,14 +121,24 @@ def test_killed_and_resumed_run_reproduces_the_uninterrupted_losses(tiny_dir, tm
 
 
 @pytest.mark.parametrize(
-    ("sharing", "dtype"),
-    [("shared", "float32"), ("shared", "bfloat16"), ("per_agent", "bfloat16"), ("lora", "float32")],
-)
-def test_generation_uses_the_updated_weights(tiny_dir, sharing, dtype):
+    ("backend", "sharing", "dtype"),
+    [
+        ("hf", "shared", "float32"), ("hf", "shared", "bfloat16"), ("hf", "per_agent", "bfloat16"),
+        ("hf", "lora", "float32"),
+        pytest.param("vllm", "shared", "float32", marks=pytest.mark.slow),
+        pytest.param("vllm", "lora", "float32", marks=pytest.mark.slow),
+    ],
+)  # fmt: skip
+def test_generation_uses_the_updated_weights(tiny_dir, backend, sharing, dtype):
     """Train one agent's weights towards a fixed completion, sync, and generate it."""
+    if backend == "vllm":
+        from tests.test_policy_vllm import _require_vllm
+
+        _require_vllm()
     overrides = [
         f"model.name={tiny_dir}", f"model.sharing={sharing}", f"rollout.dtype={dtype}",
-        "optim.lr=1e-2", "optim.precision=fp32", "model.lora_rank=8", "model.lora_alpha=16",
+        f"rollout.backend={backend}", "optim.lr=1e-2", "optim.precision=fp32",
+        "model.lora_rank=8", "model.lora_alpha=16",
     ]  # fmt: skip
     cfg = load_config(None, overrides)
     team = build_team(cfg, ["debater_0", "debater_1"], make_loss_fn(cfg.algorithm, 8), False)
