@@ -1,4 +1,4 @@
-"""Credit-assignment methods x envs x seeds, fast tier (simulated agents, no LLM).
+"""Credit-assignment methods x envs x seeds: fast tier (simulated agents) or --tier llm.
 
     python benchmarks/bench_credit.py --methods none,score,quality,shapley --seeds 0,1,2
     python benchmarks/bench_credit.py --import docs/examples/my_credit.py --methods none,team_share

@@ -9,8 +9,15 @@ Tiers:
   REINFORCE through the real envs (:mod:`marti_env.credit.bench`); seconds per method and
   env on a CPU, no LLM. Scores attribution accuracy (rank correlation of each agent's
   credit with its true marginal contribution) and team accuracy after training.
-* ``llm``: the real trainer with the default model on arithmetic tasks at a fixed budget.
-  Not available until the trainer (issue 5) lands.
+* ``llm``: every cell is a real training run (:mod:`marti_trainer.credit_bench`) from a
+  base config (``--config``, default ``baselines/quickstart.yaml``: the default model on
+  arithmetic tasks), at its fixed budget; ``--set key=value`` changes the base (e.g.
+  ``--set total_steps=6``). Minutes per cell on a CPU, so its defaults are small
+  (``--methods none,quality --envs mad-v0 --seeds 0``). Reports held-out greedy accuracy
+  before/after and the training curve; attribution is n/a. Re-running with the same
+  ``--out`` reuses finished cells and resumes unfinished ones.
+
+    marti bench credit --tier llm --methods none,quality,leave_one_out --out runs/llm_credit
 
 A method is a registered name, optionally with options: ``quality:alpha=0.3:scope=agent``
 (the whole string is its label in the table). ``--import my_credit.py`` (a file or a
@@ -36,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_ENVS = "mad-v0,moa-v0,chain-v0"
+LLM_DEFAULTS = {"methods": "none,quality", "envs": "mad-v0", "seeds": "0"}
+FAST_ONLY = ("updates", "batch", "lr", "eval_episodes", "attr_configs", "attr_episodes")
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -68,9 +77,11 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated method specs, e.g. none,quality:alpha=0.3 (default: all built-ins)",
     )
     parser.add_argument(
-        "--envs", default=DEFAULT_ENVS, help=f"comma-separated (default {DEFAULT_ENVS})"
+        "--envs", default=None, help=f"comma-separated (default {DEFAULT_ENVS}; llm: mad-v0)"
     )
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated integers (default 0,1,2)")
+    parser.add_argument(
+        "--seeds", default=None, help="comma-separated integers (default 0,1,2; llm: 0)"
+    )
     parser.add_argument(
         "--out", default=None, help="output folder (default runs/bench_credit__<time>)"
     )
@@ -83,14 +94,21 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE_OR_MODULE",
         help="a .py file or module that registers credit methods (repeatable)",
     )
-    parser.add_argument("--updates", type=int, default=d.updates, help="REINFORCE updates per run")
-    parser.add_argument("--batch", type=int, default=d.batch, help="episodes per update")
-    parser.add_argument("--lr", type=float, default=d.lr, help="step size on the logits")
-    parser.add_argument("--eval-episodes", type=int, default=d.eval_episodes)
-    parser.add_argument("--attr-configs", type=int, default=d.attr_configs, help="teams for attr")
-    parser.add_argument(
-        "--attr-episodes", type=int, default=d.attr_episodes, help="episodes per team"
+    fast = parser.add_argument_group("fast tier")
+    fast.add_argument("--updates", type=int, help=f"REINFORCE updates per run ({d.updates})")
+    fast.add_argument("--batch", type=int, help=f"episodes per update ({d.batch})")
+    fast.add_argument("--lr", type=float, help=f"step size on the logits ({d.lr})")
+    fast.add_argument("--eval-episodes", type=int, help=f"({d.eval_episodes})")
+    fast.add_argument("--attr-configs", type=int, help=f"teams for attr ({d.attr_configs})")
+    fast.add_argument("--attr-episodes", type=int, help=f"episodes per team ({d.attr_episodes})")
+    llm = parser.add_argument_group("llm tier")
+    llm.add_argument(
+        "--config", default=None, help="base training config (default baselines/quickstart.yaml)"
     )
+    llm.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a base config field, e.g. total_steps=6 (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--quiet", action="store_true", help="print the table only")
 
@@ -130,32 +148,53 @@ def import_methods(target: str) -> None:
             ) from e
 
 
+def _check_tier_options(args: argparse.Namespace) -> None:
+    """Options of the other tier are an error, not silently ignored."""
+    if args.tier == "llm":
+        given = [name for name in FAST_ONLY if getattr(args, name) is not None]
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise ValueError(f"{flags}: fast-tier options; the llm tier takes --config and --set")
+    elif args.config is not None or args.overrides:
+        raise ValueError("--config/--set configure the llm tier; add --tier llm")
+
+
 def run_credit_bench(args: argparse.Namespace) -> int:
     """Run ``marti bench credit`` with parsed ``args``; prints the table, writes outputs."""
-    if args.tier == "llm":
-        raise ValueError(
-            "--tier llm trains the default model with the real trainer on arithmetic tasks "
-            "at a fixed budget; it needs the trainer (issue 5), which has not landed yet. "
-            "Use --tier fast (the default) meanwhile."
-        )
+    _check_tier_options(args)
     for target in args.imports:
         import_methods(target)
     from marti_env.credit import BUILTIN_METHODS
     from marti_env.credit.bench import BenchConfig, run_benchmark, write_outputs
 
-    methods = _csv(args.methods, "methods") if args.methods else list(BUILTIN_METHODS)
-    config = BenchConfig(
-        updates=args.updates,
-        batch=args.batch,
-        lr=args.lr,
-        eval_episodes=args.eval_episodes,
-        attr_configs=args.attr_configs,
-        attr_episodes=args.attr_episodes,
-    )
     out = args.out or f"runs/bench_credit__{time.strftime('%Y%m%d-%H%M%S')}"
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     start = time.perf_counter()
-    result = run_benchmark(methods, _csv(args.envs, "envs"), _seeds(args.seeds), config, log=log)
+    if args.tier == "llm":
+        from marti_trainer.config import load_config
+        from marti_trainer.credit_bench import run_llm_benchmark
+
+        path = args.config or "baselines/quickstart.yaml"
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--config {path}: no such file (give a training config)")
+        base = load_config(path, args.overrides)
+        result = run_llm_benchmark(
+            _csv(args.methods or LLM_DEFAULTS["methods"], "methods"),
+            _csv(args.envs or LLM_DEFAULTS["envs"], "envs"),
+            _seeds(args.seeds or LLM_DEFAULTS["seeds"]),
+            base, out, log=log,
+        )  # fmt: skip
+    else:
+        d = BenchConfig()
+        config = BenchConfig(
+            **{
+                n: getattr(d, n) if getattr(args, n) is None else getattr(args, n)
+                for n in FAST_ONLY
+            }
+        )
+        methods = _csv(args.methods, "methods") if args.methods else list(BUILTIN_METHODS)
+        envs = _csv(args.envs or DEFAULT_ENVS, "envs")
+        result = run_benchmark(methods, envs, _seeds(args.seeds or "0,1,2"), config, log=log)
     print(result.table())
     paths = write_outputs(result, out, plot_png=not args.no_plot)
     if not args.quiet:

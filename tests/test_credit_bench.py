@@ -204,9 +204,13 @@ SMALL = ["--updates", "2", "--batch", "4", "--eval-episodes", "8", "--attr-confi
 SMALL += ["--attr-episodes", "8", "--no-plot", "--quiet"]
 
 
-def test_cli_llm_tier_needs_the_trainer(tmp_path):
-    with pytest.raises(ValueError, match=r"needs the trainer \(issue 5\)"):
-        cli(["bench", "credit", "--tier", "llm", "--out", str(tmp_path)])
+def test_cli_rejects_options_of_the_other_tier(tmp_path):
+    with pytest.raises(ValueError, match="--updates: fast-tier options"):
+        cli(["bench", "credit", "--tier", "llm", "--updates", "3", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="add --tier llm"):
+        cli(["bench", "credit", "--set", "total_steps=1", "--out", str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match=r"--config nope\.yaml: no such file"):
+        cli(["bench", "credit", "--tier", "llm", "--config", "nope.yaml", "--out", str(tmp_path)])
 
 
 @pytest.fixture

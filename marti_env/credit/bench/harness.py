@@ -79,6 +79,9 @@ class BenchConfig:
     persuade_range: tuple[float, float] = (0.1, 0.7)
     num_distractors: int = 3
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
     def __post_init__(self) -> None:
         for name in ("updates", "batch", "eval_episodes", "attr_configs", "attr_episodes"):
             value = getattr(self, name)
@@ -129,7 +132,7 @@ def parse_value(text: str) -> Any:
     return text
 
 
-def _split_spec(spec: str) -> tuple[str, dict[str, Any]]:
+def split_spec(spec: str) -> tuple[str, dict[str, Any]]:
     name, *pairs = spec.strip().split(":")
     options: dict[str, Any] = {}
     for pair in pairs:
@@ -152,7 +155,7 @@ def method_spec(spec: str | MethodSpec | CreditMethod) -> MethodSpec:
 
         template = spec
         return MethodSpec(template.name, lambda: copy.deepcopy(template))
-    name, options = _split_spec(spec)
+    name, options = split_spec(spec)
     make_credit(name, **options)  # fail now, naming the method and option
     return MethodSpec(spec.strip(), lambda: make_credit(name, **options))
 
@@ -163,7 +166,7 @@ def env_choice(spec: str | EnvChoice) -> EnvChoice:
         return spec
     import marti_env
 
-    env_id, kwargs = _split_spec(spec)
+    env_id, kwargs = split_spec(spec)
     marti_env.make(env_id, **kwargs)
     return EnvChoice(spec.strip(), env_id, kwargs)
 
@@ -274,14 +277,22 @@ def train(
 
 @dataclass
 class BenchResult:
-    """Raw rows (one per env x method x seed), learning curves and the config."""
+    """Raw rows (one per env x method x seed), learning curves and the config.
 
-    config: BenchConfig
+    ``curves`` hold one team accuracy per update of ``episodes_per_update`` episodes;
+    ``tier`` is ``"fast"`` (simulated agents) or ``"llm"`` (the real trainer), and
+    ``config`` the tier's config (:class:`BenchConfig` or the trainer's base config: anything
+    with a ``to_dict()`` of plain values).
+    """
+
+    config: Any
     envs: list[str]
     methods: list[str]
     seeds: list[int]
     rows: list[dict[str, Any]] = field(default_factory=list)
     curves: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
+    tier: str = "fast"
+    episodes_per_update: int = 1
 
     def summary(self) -> list[dict[str, Any]]:
         """Per (env, method): mean and sample std (ddof 1; 0 for one seed) of each metric."""
@@ -313,7 +324,8 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "config": asdict(self.config),
+            "tier": self.tier,
+            "config": self.config.to_dict(),
             "envs": self.envs,
             "methods": self.methods,
             "seeds": self.seeds,
@@ -344,7 +356,10 @@ def run_benchmark(
     labels = [m.label for m in method_specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"method labels must be unique, got {labels}")
-    result = BenchResult(config, [e.label for e in env_specs], labels, [int(s) for s in seeds])
+    result = BenchResult(
+        config, [e.label for e in env_specs], labels, [int(s) for s in seeds],
+        tier="fast", episodes_per_update=config.batch,
+    )  # fmt: skip
     import marti_env
 
     for env_spec in env_specs:

@@ -75,9 +75,13 @@ def plot(result: BenchResult, path: str | Path) -> Path | None:
     except ImportError:
         return None
     envs, methods = result.envs, result.methods
-    fig, axes = plt.subplots(2, len(envs), figsize=(5 * len(envs), 7.5), squeeze=False)
-    batch = result.config.batch
     summary = {(e["env"], e["method"]): e for e in result.summary()}
+    scored = any(not math.isnan(e["attr_mean"]) for e in summary.values())
+    rows = 2 if scored else 1  # the LLM tier has no attribution scores
+    fig, axes = plt.subplots(
+        rows, len(envs), figsize=(5 * len(envs), 3.75 * rows + 0.5), squeeze=False
+    )
+    batch = result.episodes_per_update
     colors = plt.get_cmap("tab10")
     for col, env in enumerate(envs):
         ax = axes[0, col]
@@ -92,6 +96,8 @@ def plot(result: BenchResult, path: str | Path) -> Path | None:
         ax.set_xlabel("episodes")
         ax.set_ylabel("accuracy (smoothed)")
         ax.grid(alpha=0.3)
+        if not scored:
+            continue
         ax = axes[1, col]
         x = np.arange(len(methods))
         for offset, metric, hatch in ((-0.2, "attr", ""), (0.2, "attr_within", "//")):
@@ -114,7 +120,7 @@ def plot(result: BenchResult, path: str | Path) -> Path | None:
         ax.set_title(f"{env}: attribution (Spearman vs. true contribution)")
         ax.legend(fontsize=7, loc="lower left")
     axes[0, -1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"credit benchmark, fast tier ({len(result.seeds)} seeds)")
+    fig.suptitle(f"credit benchmark, {result.tier} tier ({len(result.seeds)} seeds)")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)

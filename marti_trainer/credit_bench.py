@@ -1,0 +1,139 @@
+"""The LLM tier of ``marti bench credit``: every (env, method, seed) cell is a real training run.
+
+Each cell trains with :func:`marti_trainer.train.train` from one base config (by default
+``baselines/quickstart.yaml``: SmolLM2-135M-Instruct, arithmetic tasks), changing only the
+env, the credit method and the seed, so every method gets the same fixed budget
+(``total_steps`` x ``tasks_per_step`` x ``n_samples`` episodes) and the same held-out
+tasks. Per cell it reports:
+
+* ``acc_start`` / ``acc_final``: held-out greedy team accuracy before and after training
+  (the base config's ``env.eval_tasks``). ``acc_start`` is measured once per (env, seed),
+  by the first method's run, and shared: greedy decoding of the same model is the same
+  for every method.
+* ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
+* ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
+  tier (:mod:`marti_env.credit.bench`) scores attribution.
+
+The base config's ``env.kwargs`` apply only to the env it names (the quick start's are
+``mad-v0``'s, including its prompts); any other env gets its registered defaults plus the
+overrides in its ``--envs`` spec (``moa-v0:num_proposers=2``).
+
+Runs live in ``out_dir/runs/<env>__<method>__<seed>``. Calling again with the same
+arguments reuses finished cells and resumes unfinished ones from their last checkpoint,
+so a killed benchmark loses at most one step per cell (set ``log.save_every`` to
+checkpoint every step); a cell whose saved config differs is an error, not a silent reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
+from marti_trainer.config import TrainConfig
+from marti_trainer.metrics import read_metrics
+
+__all__ = ["cell_config", "run_llm_benchmark"]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
+
+
+def cell_config(
+    base: TrainConfig, env_spec: str, method: str, seed: int, runs_dir: Path, at_start: bool
+) -> TrainConfig:
+    """``base`` with the cell's env, credit method and seed; outputs under ``runs_dir``."""
+    env = env_choice(env_spec)
+    name, options = split_spec(method)
+    kwargs = dict(base.env.kwargs) if env.env_id == base.env.id else {}
+    kwargs.update(env.kwargs)
+    return replace(
+        base,
+        seed=seed,
+        exp_name=_slug(method),
+        run_name=f"{_slug(env.label)}__{_slug(method)}__{seed}",
+        env=replace(base.env, id=env.env_id, kwargs=kwargs, credit=name, credit_kwargs=options),
+        eval=replace(base.eval, at_start=at_start, at_end=True),
+        log=replace(base.log, output_dir=str(runs_dir), plots=False, progress=False),
+    )
+
+
+def _run_cell(cfg: TrainConfig) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+    """Train (or reuse, or resume) one cell; its metric history, summary and whether reused."""
+    from marti_trainer.train import train
+
+    run_dir = Path(cfg.log.output_dir) / cfg.run_name
+    saved = run_dir / "config.yaml"
+    if saved.is_file():
+        before = yaml.safe_load(saved.read_text())
+        if before != yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False)):
+            raise ValueError(
+                f"{run_dir} holds a run with a different config; use a new --out folder "
+                "(or delete it) to benchmark a changed config"
+            )
+        if (run_dir / "summary.json").is_file():
+            summary = json.loads((run_dir / "summary.json").read_text())
+            return read_metrics(run_dir), summary, True
+    resume = run_dir if (run_dir / "checkpoints").is_dir() else None
+    result = train(cfg, resume=resume)
+    return result.history, result.summary, False
+
+
+def run_llm_benchmark(
+    methods: Sequence[str],
+    envs: Sequence[str],
+    seeds: Sequence[int],
+    base: TrainConfig,
+    out_dir: str | Path,
+    log: Callable[[str], None] | None = None,
+) -> BenchResult:
+    """Train every (env, method, seed) cell from ``base``; see the module docstring.
+
+    ``methods`` are credit specs (``"quality:alpha=0.3"``), validated before any training;
+    ``envs`` env specs (``"mad-v0:num_agents=3"``).
+    """
+    labels = [method_spec(m).label for m in methods]  # validates names and options
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"method labels must be unique, got {labels}")
+    env_labels = [env_choice(e).label for e in envs]
+    result = BenchResult(
+        base, env_labels, labels, [int(s) for s in seeds], tier="llm",
+        episodes_per_update=base.rollout.tasks_per_step * base.rollout.n_samples,
+    )  # fmt: skip
+    runs_dir = Path(out_dir) / "runs"
+    for env in env_labels:
+        for seed in result.seeds:
+            acc_start = math.nan
+            for k, method in enumerate(labels):
+                cfg = cell_config(base, env, method, seed, runs_dir, at_start=k == 0)
+                t0 = time.perf_counter()
+                history, summary, reused = _run_cell(cfg)
+                if k == 0:
+                    acc_start = summary["accuracy_before"]
+                curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]
+                result.curves[(env, method, seed)] = curve
+                result.rows.append({
+                    "env": env, "method": method, "seed": seed,
+                    "attr": math.nan, "attr_within": math.nan,
+                    "acc_start": acc_start, "acc_final": summary["accuracy_after"],
+                    "acc_auc": sum(curve) / len(curve),
+                    "episodes": result.episodes_per_update * cfg.total_steps,
+                    "seconds": summary["wall_s"] if reused else round(time.perf_counter() - t0, 1),
+                })  # fmt: skip
+                if log:
+                    r = result.rows[-1]
+                    log(
+                        f"{env} seed {seed} {method:<24} acc {acc_start:.3f} -> "
+                        f"{r['acc_final']:.3f}  auc {r['acc_auc']:.3f}  ({r['seconds']:.0f}s"
+                        + (", reused)" if reused else ")")
+                    )
+    return result

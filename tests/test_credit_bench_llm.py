@@ -1,0 +1,108 @@
+"""The LLM tier of the credit benchmark: every cell a real training run (tiny random model;
+slow: the default model through ``marti bench credit --tier llm``)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from marti_env.credit.bench import write_outputs
+from marti_trainer.credit_bench import cell_config, run_llm_benchmark
+from marti_trainer.metrics import read_metrics
+from marti_trainer.train import train
+from tests.test_credit_bench import cli
+from tests.test_train import REPO, tiny_config, tiny_dir  # noqa: F401 (fixture)
+
+METHODS = ["none", "quality:alpha=0.3"]
+
+
+def test_every_cell_trains_with_its_method_then_is_reused(tiny_dir, tmp_path):  # noqa: F811
+    base = tiny_config(tiny_dir, tmp_path / "unused", total_steps=2)
+    out = tmp_path / "out"
+    result = run_llm_benchmark(METHODS, ["mad-v0"], [0], base, out)
+    assert [(r["env"], r["method"], r["seed"]) for r in result.rows] == [
+        ("mad-v0", "none", 0), ("mad-v0", "quality:alpha=0.3", 0),
+    ]  # fmt: skip
+    none, quality = result.rows
+    assert none["acc_start"] == quality["acc_start"]  # measured once, by the first method
+    assert math.isnan(none["attr"]) and none["episodes"] == 2 * 2 * 2
+    assert len(result.curves[("mad-v0", "none", 0)]) == 2
+    saved = yaml.safe_load(
+        (out / "runs" / "mad-v0__quality_alpha=0.3__0" / "config.yaml").read_text()
+    )
+    assert (saved["env"]["credit"], saved["env"]["credit_kwargs"]) == ("quality", {"alpha": 0.3})
+    assert saved["env"]["kwargs"]["num_agents"] == 2  # the base's kwargs: same env id
+
+    # each cell's turns were rewarded by its own method: `none` pays the outcome to every turn
+    def turn_rewards(cell):
+        path = out / "runs" / cell / "transcripts.jsonl"
+        return [[t["reward"] for t in json.loads(line)["turns"]] for line in path.open()]
+
+    plain, shaped = turn_rewards("mad-v0__none__0"), turn_rewards("mad-v0__quality_alpha=0.3__0")
+    assert all(len(set(r)) == 1 for r in plain)
+    assert any(len(set(r)) > 1 for r in shaped)
+
+    lines: list[str] = []
+    again = run_llm_benchmark(METHODS, ["mad-v0"], [0], base, out, log=lines.append)
+    assert [r["acc_final"] for r in again.rows] == [r["acc_final"] for r in result.rows]
+    assert len(lines) == 2 and all(line.endswith("reused)") for line in lines)
+
+    paths = write_outputs(again, out)
+    table = paths["table"].read_text()
+    assert "n/a" in table and "quality:alpha=0.3" in table
+    assert json.loads(paths["json"].read_text())["tier"] == "llm"
+    assert paths["plot"].is_file()
+
+
+def test_a_killed_cell_resumes_and_a_changed_config_is_refused(tiny_dir, tmp_path):  # noqa: F811
+    base = tiny_config(tiny_dir, tmp_path / "unused", total_steps=3, log__save_every=1)
+    runs = tmp_path / "out" / "runs"
+    cfg = cell_config(base, "mad-v0", "none", 0, runs, at_start=True)
+    train(cfg, stop_at_step=2)  # killed after step 2
+    first = {h["step"]: h for h in read_metrics(runs / cfg.run_name)}
+    result = run_llm_benchmark(["none"], ["mad-v0"], [0], base, tmp_path / "out")
+    history = {h["step"]: h for h in read_metrics(runs / cfg.run_name)}
+    assert sorted(history) == [0, 1, 2, 3]
+    assert history[2]["time"] == first[2]["time"]  # steps 1-2 were not run again
+    assert result.rows[0]["acc_start"] == first[0]["eval/accuracy"]
+
+    changed = tiny_config(tiny_dir, tmp_path / "unused", total_steps=4, log__save_every=1)
+    with pytest.raises(ValueError, match=r"mad-v0__none__0 holds a run with a different config"):
+        run_llm_benchmark(["none"], ["mad-v0"], [0], changed, tmp_path / "out")
+
+
+def test_base_kwargs_apply_to_their_own_env_only(tiny_dir, tmp_path):  # noqa: F811
+    base = tiny_config(tiny_dir, tmp_path)
+    cfg = cell_config(base, "chain-v0", "score", 1, tmp_path, at_start=False)
+    assert (cfg.env.id, cfg.env.kwargs, cfg.env.credit, cfg.seed) == ("chain-v0", {}, "score", 1)
+    assert cfg.eval.at_end and not cfg.eval.at_start
+    mad = cell_config(base, "mad-v0:num_agents=3", "none", 0, tmp_path, at_start=True)
+    assert (mad.env.kwargs["num_agents"], mad.env.kwargs["rounds"]) == (3, 2)
+    assert mad.run_name == "mad-v0_num_agents=3__none__0"
+    with pytest.raises(ValueError, match="unknown credit method 'qualty'"):
+        run_llm_benchmark(["qualty"], ["mad-v0"], [0], base, tmp_path)
+
+
+@pytest.mark.slow
+def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
+    """``marti bench credit --tier llm`` on the quick-start config, one step per cell."""
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "bench"
+    argv = ["bench", "credit", "--tier", "llm", "--methods", "none,quality", "--quiet"]
+    argv += ["--out", str(out), "--no-plot"]
+    for item in (
+        "total_steps=1", "rollout.tasks_per_step=2", "rollout.n_samples=2",
+        "env.eval_tasks={type: arithmetic, levels: [1], split: test, size: 4}",
+        "log.tensorboard=false",
+    ):  # fmt: skip
+        argv += ["--set", item]
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert "quality" in printed and "n/a" in printed
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[0].startswith("env,method,seed")
+    history = read_metrics(out / "runs" / "mad-v0__quality__0")
+    assert history[-1]["eval/boxed_rate"] > 0.5  # the real model boxes its answers
