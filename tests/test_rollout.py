@@ -394,8 +394,8 @@ def test_hf_sync_static_and_async_continuous_give_the_same_episodes(tiny_policy,
 
 
 def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
+    from marti_trainer.policies.hf_continuous import ContinuousDriver, hf_generate_each
     from marti_trainer.rollout.backends import Request
-    from marti_trainer.rollout.hf_continuous import ContinuousDriver, hf_generate_each
 
     prompts = [
         [{"role": "user", "content": "hi " * k + "What is 2 + 2?"}] for k in (1, 9, 3, 20, 5)

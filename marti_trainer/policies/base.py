@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -41,6 +41,7 @@ __all__ = [
     "PromptTooLongError",
     "SamplingParams",
     "make_policy",
+    "run_grouped",
     "tokenize_prompts",
     "validate_prompts",
 ]
@@ -300,6 +301,34 @@ def validate_prompts(prompts: Sequence[Sequence[Message]]) -> None:
                         f"request {i}, message {k}: '{key}' must be a str, "
                         f"got {type(message.get(key)).__name__}"
                     )
+
+
+def run_grouped(
+    prompts: Sequence[Sequence[Message]],
+    params: Sequence[SamplingParams],
+    key: Callable[[SamplingParams], Hashable],
+    run: Callable[[list[Sequence[Message]], list[SamplingParams]], Sequence[Generation]],
+) -> list[Generation]:
+    """One completion per prompt, computed by ``run`` once per group of requests whose
+    ``key(params[i])`` are equal; results in input order. A :class:`PolicyError` raised by
+    ``run`` is re-raised with its ``request_indices`` mapped to indices into ``prompts``."""
+    if len(prompts) != len(params):
+        raise ValueError(f"{len(prompts)} prompts but {len(params)} SamplingParams")
+    groups: dict[Hashable, list[int]] = {}
+    for i, p in enumerate(params):
+        groups.setdefault(key(p), []).append(i)
+    out: list[Generation | None] = [None] * len(prompts)
+    for members in groups.values():
+        try:
+            gens = run([prompts[i] for i in members], [params[i] for i in members])
+        except PolicyError as exc:
+            exc.request_indices = tuple(
+                members[i] for i in exc.request_indices if 0 <= i < len(members)
+            )
+            raise
+        for i, g in zip(members, gens, strict=True):
+            out[i] = g
+    return out  # type: ignore[return-value]
 
 
 def tokenize_prompts(

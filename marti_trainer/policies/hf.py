@@ -39,7 +39,7 @@ import secrets
 import warnings
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,6 +51,7 @@ from marti_trainer.policies.base import (
     Policy,
     PolicyError,
     SamplingParams,
+    run_grouped,
     tokenize_prompts,
     validate_prompts,
 )
@@ -263,6 +264,46 @@ class HFPolicy(Policy):
                 )
             )
         return result
+
+    def generate_each(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        params: Sequence[SamplingParams],
+        adapter: str | None = None,
+    ) -> list[Generation]:
+        """One completion per prompt, each sampled with its own parameters (``n == 1``).
+
+        Requests that differ only by ``seed`` and ``max_tokens`` share one batched decode
+        (every row has its own random stream and token budget), so ``result[i]`` equals
+        ``generate([prompts[i]], params[i], adapter)[0][0]`` up to the floating-point effect
+        of a different padding.
+
+        Raises:
+            ValueError: lengths differ, ``n != 1``, bad prompts, an unknown adapter.
+            PromptTooLongError, PolicyError: as :meth:`generate`, indices into ``prompts``.
+        """
+        from marti_trainer.policies.hf_continuous import hf_generate_each
+
+        if any(p.n != 1 for p in params):
+            raise ValueError("generate_each samples one completion per prompt: use n=1")
+        return run_grouped(
+            prompts,
+            params,
+            lambda p: replace(p, seed=None, max_tokens=1),
+            lambda sub_prompts, sub_params: hf_generate_each(
+                self, sub_prompts, sub_params, adapter
+            ),
+        )
+
+    def continuous_driver(self, on_done: Any, max_rows: int) -> Any:
+        """A rollout driver with iteration-level batching over this policy (requests join and
+        leave the running decode batch at every token step): see
+        :mod:`marti_trainer.policies.hf_continuous`. ``on_done(request, generation, error)``
+        is called from the driver's worker thread; nothing else may use this policy while
+        the driver is open."""
+        from marti_trainer.policies.hf_continuous import ContinuousDriver
+
+        return ContinuousDriver(self, on_done, max_rows)
 
     def _make_rows(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[_Row]:
         rows = []

@@ -26,11 +26,12 @@ Sampling reuses ``HFPolicy``'s own code (per-row ``torch.Generator`` seeded as
 ``HFPolicy.generate``'s for the same seed up to the floating-point effect of a different
 padding.
 
-This module uses ``HFPolicy``'s private helpers (``_make_rows``, ``_decode_chunk``,
-``_sample``, ``_match_stop``, ``_adapter_context``, ``_eos_ids``, ``_pad_id``,
-``_cache_kw``) and needs transformers' ``DynamicCache`` with ``.layers`` (transformers >=
-4.56). It belongs in ``hf.py`` as a public step-level API once that settles. The tests
-compare it with ``HFPolicy.generate`` token for token.
+This module is part of the ``hf`` backend: it shares ``HFPolicy``'s row, sampling and
+stop-string internals, and users reach it through ``HFPolicy``'s public hooks,
+:meth:`~marti_trainer.policies.hf.HFPolicy.generate_each` and
+:meth:`~marti_trainer.policies.hf.HFPolicy.continuous_driver` (which the rollout engine's
+``continuous`` driver calls). It needs transformers' ``DynamicCache`` with ``.layers``
+(transformers >= 4.56). The tests compare it with ``HFPolicy.generate`` token for token.
 """
 
 from __future__ import annotations

@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from marti_trainer.policies.base import (
     Generation,
@@ -259,6 +260,10 @@ class OpenAIPolicy(Policy):
         return decoded
 
     # ------------------------------------------------------------------ generate
+    concurrent_requests: ClassVar[bool] = True
+    """The server batches concurrent requests itself: rollouts submit each one on its own
+    (the ``concurrent`` driver) instead of waiting for static batches."""
+
     def generate(
         self,
         prompts: Sequence[Sequence[Message]],
@@ -271,6 +276,21 @@ class OpenAIPolicy(Policy):
         failed a :class:`ServerError` (a :class:`PolicyError`) names every failed request
         index and gives the first failure's message.
         """
+        return self.submit(prompts, params, adapter).result()
+
+    def submit(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        adapter: str | None = None,
+    ) -> Future[list[list[Generation]]]:
+        """:meth:`generate` without waiting: returns a future of its result at once.
+
+        Bad arguments (unknown adapter, prompt too long, invalid messages) raise here, in
+        the caller's thread; server failures arrive through the future as the
+        :class:`ServerError` :meth:`generate` raises. Callbacks added to the future run in
+        a request thread.
+        """
         self._check_open()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
@@ -280,33 +300,32 @@ class OpenAIPolicy(Policy):
                 f"unknown adapter {adapter!r}; registered: {list(self._adapters)} "
                 f"(add one with add_adapter)"
             )
+        combined: Future[list[list[Generation]]] = Future()
         if not prompts:
-            return []
+            combined.set_result([])
+            return combined
         prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
         model = adapter if adapter is not None else self._model
-        futures = [
+        parts = [
             self._pool.submit(self._complete, i, ids, params, model)
             for i, ids in enumerate(prompt_ids)
         ]
-        results: list[list[Generation] | None] = []
-        failures: list[tuple[int, BaseException]] = []
-        for i, future in enumerate(futures):
+        remaining = [len(parts)]
+        lock = threading.Lock()
+
+        def part_done(_: Future) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
             try:
-                results.append(future.result())
-            except Exception as exc:
-                results.append(None)
-                failures.append((i, exc))
-        if failures:
-            indices = [i for i, _ in failures]
-            first = failures[0][1]
-            status = first.status if isinstance(first, ServerError) else None
-            raise ServerError(
-                f"{len(failures)} of {len(prompts)} request(s) failed: {indices}; first "
-                f"(request {indices[0]}): {type(first).__name__}: {first}",
-                status,
-                indices,
-            ) from first
-        return [r for r in results if r is not None]
+                combined.set_result(_collect(parts))
+            except BaseException as exc:
+                combined.set_exception(exc)
+
+        for part in parts:
+            part.add_done_callback(part_done)
+        return combined
 
     def _complete(
         self, index: int, prompt_ids: list[int], params: SamplingParams, model: str
@@ -469,6 +488,23 @@ class OpenAIPolicy(Policy):
     def _check_open(self) -> None:
         if self._closed:
             raise PolicyError("this OpenAIPolicy is closed")
+
+
+def _collect(parts: Sequence[Future]) -> list[list[Generation]]:
+    """The finished per-prompt futures' results in order, or one :class:`ServerError`
+    naming every failed request index and giving the first failure's message."""
+    failures = [(i, f.exception()) for i, f in enumerate(parts) if f.exception() is not None]
+    if failures:
+        indices = [i for i, _ in failures]
+        first = failures[0][1]
+        status = first.status if isinstance(first, ServerError) else None
+        raise ServerError(
+            f"{len(failures)} of {len(parts)} request(s) failed: {indices}; first "
+            f"(request {indices[0]}): {type(first).__name__}: {first}",
+            status,
+            indices,
+        ) from first
+    return [f.result() for f in parts]
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

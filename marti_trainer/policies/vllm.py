@@ -468,33 +468,80 @@ class VLLMPolicy(Policy):
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         validate_prompts(prompts)
-        lora = None
-        if adapter is not None:
-            if adapter not in self._adapters:
-                raise ValueError(
-                    f"unknown adapter {adapter!r}; registered: {list(self._adapters)} "
-                    f"(add one with add_adapter)"
-                )
-            lora = self._adapters[adapter]
+        lora = self._lora_request(adapter)
         if not prompts:
             return []
         prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
+        return self._generate_ids(prompt_ids, [params] * len(prompt_ids), lora)
 
+    def generate_each(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        params: Sequence[SamplingParams],
+        adapter: str | None = None,
+    ) -> list[Generation]:
+        """One completion per prompt, each with its own parameters (``n == 1``), in one
+        engine call (vLLM takes sampling parameters per prompt): ``result[i]`` equals
+        ``generate([prompts[i]], params[i], adapter)[0][0]`` up to batching effects.
+
+        Raises:
+            ValueError: lengths differ, ``n != 1``, bad prompts, an unknown adapter.
+            PromptTooLongError, PolicyError: as :meth:`generate`, indices into ``prompts``.
+        """
+        self._check_open()
+        if len(prompts) != len(params):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} SamplingParams")
+        if any(not isinstance(p, SamplingParams) or p.n != 1 for p in params):
+            raise ValueError("generate_each takes one SamplingParams with n=1 per prompt")
+        validate_prompts(prompts)
+        lora = self._lora_request(adapter)
+        if not prompts:
+            return []
+        prompt_ids: list[list[int]] = [[] for _ in prompts]
+        groups: dict[tuple[bool, int], list[int]] = {}  # what tokenize_prompts reads of params
+        for i, p in enumerate(params):
+            groups.setdefault((p.truncate_prompt, p.max_tokens), []).append(i)
+        for members in groups.values():
+            try:
+                ids = tokenize_prompts(
+                    self._tokenizer, [prompts[i] for i in members], params[members[0]],
+                    self._max_context,
+                )  # fmt: skip
+            except PolicyError as exc:
+                exc.request_indices = tuple(members[k] for k in exc.request_indices)
+                raise
+            for i, one in zip(members, ids, strict=True):
+                prompt_ids[i] = one
+        return [g[0] for g in self._generate_ids(prompt_ids, list(params), lora)]
+
+    def _lora_request(self, adapter: str | None) -> Any:
+        if adapter is None:
+            return None
+        if adapter not in self._adapters:
+            raise ValueError(
+                f"unknown adapter {adapter!r}; registered: {list(self._adapters)} "
+                f"(add one with add_adapter)"
+            )
+        return self._adapters[adapter]
+
+    def _generate_ids(
+        self, prompt_ids: list[list[int]], params: list[SamplingParams], lora: Any
+    ) -> list[list[Generation]]:
+        """One engine call: prompt ``i`` (token ids) sampled with ``params[i]``."""
         from vllm import SamplingParams as VLLMSamplingParams
 
-        n = 1 if params.greedy else params.n
         vllm_params = [
             VLLMSamplingParams(
-                n=n,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                max_tokens=min(params.max_tokens, self._max_context - len(ids)),
-                seed=params.seed,
-                stop=list(params.stop) or None,
+                n=1 if p.greedy else p.n,
+                temperature=p.temperature,
+                top_p=p.top_p,
+                max_tokens=min(p.max_tokens, self._max_context - len(ids)),
+                seed=p.seed,
+                stop=list(p.stop) or None,
                 logprobs=0,
                 skip_special_tokens=True,
             )
-            for ids in prompt_ids
+            for ids, p in zip(prompt_ids, params, strict=True)
         ]
         try:
             outputs = self._llm.generate(
@@ -504,26 +551,27 @@ class VLLMPolicy(Policy):
                 lora_request=lora,
             )
         except Exception as exc:
-            indices = list(range(len(prompts)))
+            indices = list(range(len(prompt_ids)))
             raise PolicyError(
                 f"vLLM generation failed for request(s) {indices}: {type(exc).__name__}: {exc}",
                 indices,
             ) from exc
-        if len(outputs) != len(prompts):
+        if len(outputs) != len(prompt_ids):
             raise PolicyError(
-                f"vLLM returned {len(outputs)} outputs for {len(prompts)} requests",
-                range(len(prompts)),
+                f"vLLM returned {len(outputs)} outputs for {len(prompt_ids)} requests",
+                range(len(prompt_ids)),
             )
         result = []
-        for i, (output, ids) in enumerate(zip(outputs, prompt_ids, strict=True)):
+        for i, (output, ids, p) in enumerate(zip(outputs, prompt_ids, params, strict=True)):
+            n = 1 if p.greedy else p.n
             generations = [self._convert(i, c, ids) for c in sorted(output.outputs, key=_index)]
             if len(generations) != n:
                 raise PolicyError(
                     f"request {i}: vLLM returned {len(generations)} completions, expected {n}",
                     [i],
                 )
-            if params.greedy and params.n > 1:
-                generations = [copy.deepcopy(generations[0]) for _ in range(params.n)]
+            if p.greedy and p.n > 1:
+                generations = [copy.deepcopy(generations[0]) for _ in range(p.n)]
             result.append(generations)
         return result
 

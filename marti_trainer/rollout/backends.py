@@ -18,9 +18,10 @@ Drivers (chosen per policy by :func:`make_driver`; ``kind="auto"`` picks the fir
     whatever is in flight (vLLM's continuous batching), so a request's result returns as
     soon as *it* is done.
 ``continuous``
-    For :class:`~marti_trainer.policies.hf.HFPolicy`: iteration-level batching in one
-    worker thread (:class:`~marti_trainer.rollout.hf_continuous.ContinuousBatcher`). New
-    requests join the running decode batch at the next token step and a finished row
+    For backends that bring their own iteration-level batching driver through a
+    ``continuous_driver(on_done, max_rows)`` method: :class:`~marti_trainer.policies.hf.HFPolicy`
+    (:class:`~marti_trainer.policies.hf_continuous.ContinuousDriver`, one worker thread).
+    New requests join the running decode batch at the next token step and a finished row
     leaves it (and returns) at once, so short responses never wait for long ones.
 ``batch``
     Any policy: one worker thread takes *everything* pending whenever it is free and runs
@@ -31,9 +32,9 @@ Drivers (chosen per policy by :func:`make_driver`; ``kind="auto"`` picks the fir
 Per-request seeds: ``Policy.generate`` takes one ``SamplingParams`` per call, but results
 must not depend on which requests share a call, so every request carries its own seed.
 :func:`generate_each` runs a list of requests with their own parameters in as few calls as
-possible: natively if the policy has a ``generate_each`` method, in one batched decode for
-an ``HFPolicy`` (its per-row random streams make that exact), else one ``generate`` call
-per distinct parameter set.
+possible: natively if the policy has a ``generate_each`` method (``HFPolicy`` has one: its
+per-row random streams and budgets let requests that differ by seed and ``max_tokens``
+share one batched decode), else one ``generate`` call per distinct parameter set.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from marti_trainer.policies.base import (
     Generation,
     Message,
     Policy,
-    PolicyError,
     SamplingParams,
+    run_grouped,
 )
 
 __all__ = [
@@ -63,7 +64,6 @@ __all__ = [
     "DriverKind",
     "Request",
     "generate_each",
-    "is_hf_policy",
     "make_driver",
 ]
 
@@ -99,14 +99,6 @@ def _batch_key(request: Request) -> tuple[str | None, SamplingParams]:
     return request.adapter, dataclasses.replace(request.params, seed=None, max_tokens=1)
 
 
-def is_hf_policy(policy: Policy) -> bool:
-    """True for :class:`~marti_trainer.policies.hf.HFPolicy` (checked without importing torch)."""
-    return any(
-        c.__name__ == "HFPolicy" and c.__module__ == "marti_trainer.policies.hf"
-        for c in type(policy).__mro__
-    )
-
-
 def generate_each(
     policy: Policy,
     prompts: Sequence[Sequence[Message]],
@@ -116,9 +108,9 @@ def generate_each(
     """One completion per prompt, each sampled with its own parameters (``n == 1``).
 
     ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]`` (up to
-    the floating-point effect of batching, see the backend's docs), but requests that differ
-    only by ``seed`` (and, for ``HFPolicy``, ``max_tokens``) run in one batched call where
-    the backend allows it (see the module docstring).
+    the floating-point effect of batching, see the backend's docs), in as few calls as the
+    backend allows: the policy's own ``generate_each`` if it has one (``HFPolicy``),
+    else one ``generate`` call per distinct ``SamplingParams``.
 
     Raises:
         ValueError: lengths differ or some ``params[i].n != 1``.
@@ -133,30 +125,11 @@ def generate_each(
     native = getattr(policy, "generate_each", None)
     if callable(native):
         return list(native(prompts, params, adapter))
-    hf = is_hf_policy(policy)  # rows have their own seeds and budgets: batch across both
-    groups: dict[Any, list[int]] = {}
-    for i, p in enumerate(params):
-        key = dataclasses.replace(p, seed=None, max_tokens=1) if hf else p
-        groups.setdefault(key, []).append(i)
-    out: list[Generation | None] = [None] * len(prompts)
-    for members in groups.values():
-        sub_prompts = [prompts[i] for i in members]
-        sub_params = [params[i] for i in members]
-        try:
-            if len(set(sub_params)) == 1:
-                gens = [g[0] for g in policy.generate(sub_prompts, sub_params[0], adapter)]
-            else:  # only HFPolicy groups mix seeds and budgets
-                from marti_trainer.rollout.hf_continuous import hf_generate_each
 
-                gens = hf_generate_each(policy, sub_prompts, sub_params, adapter)
-        except PolicyError as exc:  # indices of the sub-call -> the caller's
-            exc.request_indices = tuple(
-                members[i] for i in exc.request_indices if 0 <= i < len(members)
-            )
-            raise
-        for i, g in zip(members, gens, strict=True):
-            out[i] = g
-    return out  # type: ignore[return-value]
+    def run(sub_prompts: list, sub_params: list[SamplingParams]) -> list[Generation]:
+        return [g[0] for g in policy.generate(sub_prompts, sub_params[0], adapter)]
+
+    return run_grouped(prompts, params, lambda p: p, run)
 
 
 class Driver(ABC):
@@ -303,33 +276,32 @@ def make_driver(
 
     Args:
         kind: ``"auto"`` (``concurrent`` if the policy sets ``concurrent_requests``,
-            ``continuous`` for an ``HFPolicy``, else ``batch``) or a driver name.
+            ``continuous`` if it has ``continuous_driver``, else ``batch``) or a driver name.
         policy: The backend.
         on_done: Called from the driver's thread when a request finished.
         max_concurrency: The rollout's bound on requests in flight (sizes thread pools and
             the continuous batch).
 
     Raises:
-        ValueError: an unknown kind, or ``continuous`` for a policy that is not an HFPolicy.
+        ValueError: an unknown kind, or ``continuous`` for a policy without a continuous driver.
     """
     if kind not in DRIVER_KINDS:
         raise ValueError(f"driver must be one of {DRIVER_KINDS}, got {kind!r}")
+    continuous = getattr(policy, "continuous_driver", None)
     if kind == "auto":
         if getattr(policy, "concurrent_requests", False):
             kind = "concurrent"
-        elif is_hf_policy(policy):
+        elif callable(continuous):
             kind = "continuous"
         else:
             kind = "batch"
     if kind == "concurrent":
         return ConcurrentDriver(policy, on_done, max_concurrency)
     if kind == "continuous":
-        if not is_hf_policy(policy):
+        if not callable(continuous):
             raise ValueError(
-                f"driver='continuous' needs an HFPolicy, got {type(policy).__name__}; "
-                "use 'batch' or 'concurrent'"
+                f"driver='continuous' needs a policy with its own continuous batching (the hf "
+                f"backend), got {type(policy).__name__}; use 'batch' or 'concurrent'"
             )
-        from marti_trainer.rollout.hf_continuous import ContinuousDriver
-
-        return ContinuousDriver(policy, on_done, max_concurrency)
+        return continuous(on_done, max_concurrency)
     return BatchDriver(policy, on_done)
