@@ -25,11 +25,12 @@ in ``async`` mode, both with at most ``C`` requests in flight. Reported:
   < 5%. The simulated clock runs ``tokens_per_s / 30`` times faster than a real 30 tok/s
   stream, which inflates these fractions by the same factor: they are upper bounds.
 
-**real**: the default model (SmolLM2-135M, bf16) through ``HFPolicy`` on CPU, small: a few
-episodes of each env at ``max_tokens`` 128. Three runs at equal concurrency ``C`` (rows
-decoded together): ``sync/batch`` (one static ``generate`` batch per round: the literal
-synchronous baseline), ``sync/continuous`` (round barrier over the continuous-batching
-driver) and ``async/continuous``. It also prints the measured response lengths, the data
+**real**: the default model (SmolLM2-135M, bf16) on CPU through the ``hf`` backend (or
+``--backend vllm``: vLLM's own continuous batching, needs vllm), small: a few episodes of
+each env at ``max_tokens`` 128. Three runs at equal concurrency ``C`` (rows decoded
+together): ``sync/batch`` (one static ``generate`` batch per round: the literal synchronous
+baseline), ``sync/continuous`` (round barrier over the continuous-batching driver) and
+``async/continuous``. It also prints the measured response lengths, the data
 behind ``SMOLLM2_RESPONSE_LENGTHS``.
 
 Wall times depend on the machine's load; the ratios are measured in one run, side by side.
@@ -190,17 +191,20 @@ def bench_sim(args: argparse.Namespace) -> None:
 def bench_real(args: argparse.Namespace) -> None:
     import torch
 
-    from marti_trainer.policies.hf import HFPolicy
+    from marti_trainer.policies import make_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)  # on a shared machine, 1 thread is steadier
 
     c = args.real_concurrency
-    policy = HFPolicy(args.model, dtype=args.dtype, batch_size=c, seed=0)
+    if args.backend == "hf":
+        policy = make_policy("hf", args.model, dtype=args.dtype, batch_size=c, seed=0)
+    else:  # vLLM's scheduler batches up to C sequences, like the hf driver's C rows
+        policy = make_policy("vllm", args.model, dtype=args.dtype, seed=0, max_num_seqs=c)
     sampling = SamplingParams(max_tokens=args.real_max_tokens, temperature=1.0)
     tasks = list(ArithmeticTasks(size=args.real_tasks, seed=5, levels=(1, 2, 3, 4)))
     print(
-        f"\n== real model {args.model} ({args.dtype}) via HFPolicy, C={c}, "
+        f"\n== real model {args.model} ({args.dtype}) via the {args.backend} backend, C={c}, "
         f"{args.real_tasks} tasks x {args.real_samples} samples, max_tokens "
         f"{args.real_max_tokens}, temperature 1, {torch.get_num_threads()} torch thread(s)"
     )
@@ -219,11 +223,10 @@ def bench_real(args: argparse.Namespace) -> None:
             st = batch.stats
             base = base or st.wall_s
             d = st.drivers["policy"]
-            occupancy = f"{d['row_steps'] / d['steps']:.1f}/{c}" if d.get("steps") else "-"
+            hf_stats = d.get("steps") and "row_steps" in d  # the hf continuous driver's
+            occupancy = f"{d['row_steps'] / d['steps']:.1f}/{c}" if hf_stats else "-"
             split = (
-                f"{d['prefill_s']:.0f}/{d['step_s']:.0f}/{d['cache_s']:.1f}"
-                if d.get("steps")
-                else "-"
+                f"{d['prefill_s']:.0f}/{d['step_s']:.0f}/{d['cache_s']:.1f}" if hf_stats else "-"
             )
             print(
                 row(
@@ -265,6 +268,9 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--real-concurrency", type=int, default=8)
+    p.add_argument(
+        "--backend", choices=("hf", "vllm"), default="hf", help="real part: generation backend"
+    )
     p.add_argument("--real-tasks", type=int, default=4)
     p.add_argument("--real-samples", type=int, default=2)
     p.add_argument("--real-max-tokens", type=int, default=128)

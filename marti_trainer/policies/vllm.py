@@ -524,25 +524,36 @@ class VLLMPolicy(Policy):
             )
         return self._adapters[adapter]
 
+    def _vllm_params(self, prompt_ids: list[int], p: SamplingParams) -> Any:
+        """vLLM's sampling parameters for one prompt (greedy ``n > 1``: one, copied later)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        return VLLMSamplingParams(
+            n=1 if p.greedy else p.n,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            max_tokens=min(p.max_tokens, self._max_context - len(prompt_ids)),
+            seed=p.seed,
+            stop=list(p.stop) or None,
+            logprobs=0,
+            skip_special_tokens=True,
+        )
+
+    def continuous_driver(self, on_done: Any, max_rows: int) -> Any:
+        """A rollout driver that feeds requests to the running engine one by one (vLLM's own
+        continuous batching), so each returns as soon as it is done: see
+        :mod:`marti_trainer.policies.vllm_continuous`. Nothing else may use this policy while
+        the driver is open."""
+        from marti_trainer.policies.vllm_continuous import VLLMContinuousDriver
+
+        self._check_open()
+        return VLLMContinuousDriver(self, on_done, max_rows)
+
     def _generate_ids(
         self, prompt_ids: list[list[int]], params: list[SamplingParams], lora: Any
     ) -> list[list[Generation]]:
         """One engine call: prompt ``i`` (token ids) sampled with ``params[i]``."""
-        from vllm import SamplingParams as VLLMSamplingParams
-
-        vllm_params = [
-            VLLMSamplingParams(
-                n=1 if p.greedy else p.n,
-                temperature=p.temperature,
-                top_p=p.top_p,
-                max_tokens=min(p.max_tokens, self._max_context - len(ids)),
-                seed=p.seed,
-                stop=list(p.stop) or None,
-                logprobs=0,
-                skip_special_tokens=True,
-            )
-            for ids, p in zip(prompt_ids, params, strict=True)
-        ]
+        vllm_params = [self._vllm_params(ids, p) for ids, p in zip(prompt_ids, params, strict=True)]
         try:
             outputs = self._llm.generate(
                 [{"prompt_token_ids": ids} for ids in prompt_ids],
