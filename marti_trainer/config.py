@@ -139,6 +139,15 @@ class AlgorithmConfig:
         1, "Optimizer steps per rollout batch (mini-batches); > 1 recomputes old log-probs."
     )
     gamma: float = _f(1.0, "Discount of REINFORCE++ returns.")
+    overlong_penalty: float = _f(
+        0.0,
+        "Weight of DAPO's soft overlong penalty added to each sample's reward: 0 up to "
+        "rollout.max_tokens - overlong_buffer tokens, then a linear ramp to -weight at the cut "
+        "(marti_trainer.algorithms.overlong_penalty). 0 = off.",
+    )
+    overlong_buffer: int = _f(
+        8, "Tokens before rollout.max_tokens over which the overlong penalty ramps (>= 1)."
+    )
     skip_zero_advantage: bool = _f(
         True,
         "Leave samples whose advantage is 0 out of the forward/backward (they carry no gradient "
@@ -232,6 +241,11 @@ class TrainConfig:
             "algorithm.kl_in_reward needs a REINFORCE++ advantage (it adds the KL to rewards)",
         )
         _require(a.updates_per_batch >= 1, "algorithm.updates_per_batch must be >= 1")
+        _require(a.overlong_penalty >= 0, "algorithm.overlong_penalty must be >= 0")
+        _require(
+            1 <= a.overlong_buffer <= r.max_tokens,
+            "algorithm.overlong_buffer must be in [1, rollout.max_tokens]",
+        )
         _require(
             a.updates_per_batch <= r.tasks_per_step * r.n_samples,
             "algorithm.updates_per_batch cannot exceed the episodes per step",

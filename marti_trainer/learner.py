@@ -31,6 +31,7 @@ from marti_trainer.algorithms import (
     kl_loss,
     logprobs_from_logits,
     masked_mean,
+    overlong_penalty,
     policy_loss,
 )
 from marti_trainer.config import AlgorithmConfig
@@ -170,13 +171,22 @@ def collate(samples: Sequence, pad_id: int, advantages: Tensor | None = None) ->
     )
 
 
-def sample_advantages(samples: Sequence, batch: TrainBatch, cfg: AlgorithmConfig) -> Tensor:
+def sample_advantages(
+    samples: Sequence, batch: TrainBatch, cfg: AlgorithmConfig, max_tokens: int
+) -> Tensor:
     """Advantages of one agent's (or one model's) samples from their credited rewards.
 
-    Groups are the samples' ``group_key`` ``(task, agent, turn)``. REINFORCE++ estimators
-    get the per-token KL to the reference when ``cfg.kl_in_reward``.
+    Groups are the samples' ``group_key`` ``(task, agent, turn)``. With
+    ``cfg.overlong_penalty > 0`` each reward first gets that weight times DAPO's soft
+    overlong penalty of its length against ``max_tokens`` (the rollout budget). REINFORCE++
+    estimators get the per-token KL to the reference when ``cfg.kl_in_reward``.
     """
     rewards = torch.tensor([float(s.reward) for s in samples])
+    if cfg.overlong_penalty > 0:
+        lengths = torch.tensor([len(s.response_token_ids) for s in samples])
+        rewards = rewards + cfg.overlong_penalty * overlong_penalty(
+            lengths, max_tokens, cfg.overlong_buffer
+        )
     name = cfg.advantage
     if name in ("grpo", "dr_grpo", "rloo"):
         groups = group_ids_from_keys([s.group_key for s in samples])

@@ -140,7 +140,7 @@ def update_unit(unit: Unit, samples: list, cfg: TrainConfig, pad_id: int, step: 
         if alg.kl_coef > 0:
             batch.ref_logprobs = unit.ref(batch)
         kl_metrics = reference_kl(unit, batch, samples, cfg, step)
-    batch.advantages = sample_advantages(samples, batch, alg)
+    batch.advantages = sample_advantages(samples, batch, alg, cfg.rollout.max_tokens)
     if alg.updates_per_batch > 1:  # later mini-batches are off-policy: keep pre-update logprobs
         batch.old_logprobs = score_with(unit.model, batch, cfg)
     order = torch.randperm(

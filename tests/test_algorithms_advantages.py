@@ -294,3 +294,34 @@ def test_compute_advantages_unknown_name_lists_valid_names():
         compute_advantages("gpro", rewards=t([1.0]), group_ids=ids([0]))
     for name in ADVANTAGE_ESTIMATORS:
         assert name in str(err.value)
+
+
+def test_overlong_penalty_ramps_over_the_buffer_to_minus_one_at_the_cut():
+    from marti_trainer.algorithms import overlong_penalty
+
+    # L = 32, B = 8: free up to 24 tokens, then (24 - n) / 8 down to -1 at 32.
+    lengths = torch.tensor([0, 24, 25, 28, 31, 32, 40])
+    expected = torch.tensor([0.0, 0.0, -0.125, -0.5, -0.875, -1.0, -1.0])
+    assert torch.equal(overlong_penalty(lengths, 32, 8), expected)
+    assert torch.equal(overlong_penalty(torch.tensor([31, 32]), 32, 1), torch.tensor([0.0, -1.0]))
+    with pytest.raises(ValueError, match="buffer"):
+        overlong_penalty(lengths, 32, 0)
+
+
+def test_overlong_penalty_enters_the_rewards_before_the_group_statistics():
+    from types import SimpleNamespace
+
+    from marti_trainer.config import AlgorithmConfig
+    from marti_trainer.learner import sample_advantages
+
+    def sample(reward, length):
+        return SimpleNamespace(
+            reward=reward, response_token_ids=[0] * length, group_key=("t", "a", 0)
+        )
+
+    samples = [sample(1.0, 10), sample(1.0, 32)]  # both right; the second ran to the cut
+    off = sample_advantages(samples, None, AlgorithmConfig(advantage="dr_grpo"), 32)
+    assert torch.equal(off, torch.zeros(2))  # equal rewards: no signal
+    cfg = AlgorithmConfig(advantage="dr_grpo", overlong_penalty=0.5, overlong_buffer=8)
+    on = sample_advantages(samples, None, cfg, 32)
+    assert torch.allclose(on, torch.tensor([0.25, -0.25]))  # rewards 1 and 0.5, mean 0.75

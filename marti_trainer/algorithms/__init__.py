@@ -6,6 +6,8 @@
 * :mod:`~marti_trainer.algorithms.losses`: the clipped policy loss (clip-higher), loss
   aggregation modes, KL as a loss term or as a reward penalty, entropy and log-probabilities
   from logits.
+* :mod:`~marti_trainer.algorithms.shaping`: reward shaping the trainer adds to credited
+  rewards (DAPO's soft overlong penalty).
 
 Each function documents its shapes, its formula and the paper it follows.
 """
@@ -35,6 +37,7 @@ from marti_trainer.algorithms.losses import (
     masked_mean,
     policy_loss,
 )
+from marti_trainer.algorithms.shaping import overlong_penalty
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -55,6 +58,7 @@ __all__ = [
     "logprobs_from_logits",
     "masked_mean",
     "masked_whiten",
+    "overlong_penalty",
     "policy_loss",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
