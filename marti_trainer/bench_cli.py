@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -171,6 +172,7 @@ def run_credit_bench(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     start = time.perf_counter()
     if args.tier == "llm":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `marti train` (train_cli.py)
         from marti_trainer.config import load_config
         from marti_trainer.credit_bench import run_llm_benchmark
 
