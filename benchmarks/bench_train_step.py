@@ -83,7 +83,7 @@ def marti_step_times(model_dir, rows, args) -> list[float]:
     for _ in range(args.steps + 1):
         t0 = time.perf_counter()
         batch = collate(rows, pad_id=2)
-        batch.advantages = sample_advantages(rows, batch, alg)
+        batch.advantages = sample_advantages(rows, batch, alg, args.max_tokens)
         engine.step(set_norm(batch, alg.aggregation))
         times.append(time.perf_counter() - t0)
     return times[1:]
