@@ -187,13 +187,8 @@ def run_credit_bench(args: argparse.Namespace) -> int:
             base, out, log=log,
         )  # fmt: skip
     else:
-        d = BenchConfig()
-        config = BenchConfig(
-            **{
-                n: getattr(d, n) if getattr(args, n) is None else getattr(args, n)
-                for n in FAST_ONLY
-            }
-        )
+        given = {n: getattr(args, n) for n in FAST_ONLY if getattr(args, n) is not None}
+        config = BenchConfig(**given)  # the rest at BenchConfig's defaults
         methods = _csv(args.methods, "methods") if args.methods else list(BUILTIN_METHODS)
         envs = _csv(args.envs or DEFAULT_ENVS, "envs")
         result = run_benchmark(methods, envs, _seeds(args.seeds or "0,1,2"), config, log=log)
