@@ -242,9 +242,10 @@ class TrainConfig:
         )
         _require(a.updates_per_batch >= 1, "algorithm.updates_per_batch must be >= 1")
         _require(a.overlong_penalty >= 0, "algorithm.overlong_penalty must be >= 0")
+        _require(a.overlong_buffer >= 1, "algorithm.overlong_buffer must be >= 1")
         _require(
-            1 <= a.overlong_buffer <= r.max_tokens,
-            "algorithm.overlong_buffer must be in [1, rollout.max_tokens]",
+            a.overlong_penalty == 0 or a.overlong_buffer <= r.max_tokens,
+            "algorithm.overlong_buffer cannot exceed rollout.max_tokens",
         )
         _require(
             a.updates_per_batch <= r.tasks_per_step * r.n_samples,

@@ -89,11 +89,19 @@ def test_bad_values_are_rejected(override, match):
         (["algorithm.kl_in_reward=true"], "REINFORCE"),
         (["rollout.temperature=0"], "temperature must be > 0"),
         (["algorithm.clip_low=1.5"], "clip_low"),
+        (
+            ["algorithm.overlong_penalty=1", "rollout.max_tokens=6"],
+            "overlong_buffer cannot exceed rollout.max_tokens",
+        ),
     ],
 )
 def test_incompatible_combinations_are_rejected(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(None, overrides)
+
+
+def test_an_unused_overlong_buffer_is_not_checked_against_max_tokens():
+    assert load_config(None, ["rollout.max_tokens=6"]).algorithm.overlong_buffer == 8
 
 
 def test_baseline_configs_load():

