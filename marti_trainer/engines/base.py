@@ -26,6 +26,9 @@ class Engine(ABC):
 
     model: torch.nn.Module
     params: list[torch.nn.Parameter]
+    optimizer: Any  # a torch optimizer (DeepSpeed: its wrapper)
+    scheduler: Any  # a torch LR scheduler
+    steps: int  # optimizer steps taken
 
     @abstractmethod
     def step(self, batch: TrainBatch) -> dict[str, float]:
@@ -35,12 +38,18 @@ class Engine(ABC):
         ``optim/lr`` and ``optim/micro_batches``.
         """
 
-    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler and step counter (not the weights)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "steps": self.steps,
+        }
 
-    @abstractmethod
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The trained tensors by name, as saved in checkpoints (on the CPU, detached; for a

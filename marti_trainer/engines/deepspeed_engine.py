@@ -162,15 +162,3 @@ class DeepSpeedEngine(Engine):
             except Exception:
                 with torch.no_grad():
                     p.copy_(value.to(p.dtype))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "steps": self.steps,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.steps = int(state["steps"])
