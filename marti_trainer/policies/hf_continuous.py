@@ -37,7 +37,6 @@ stop-string internals, and users reach it through ``HFPolicy``'s public hooks,
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -54,11 +53,9 @@ from marti_trainer.policies.base import (
     validate_prompts,
 )
 from marti_trainer.policies.hf import HFPolicy, _Row
-from marti_trainer.rollout.backends import DoneCallback, Driver, Request
+from marti_trainer.rollout.backends import DoneCallback, Request, WorkerDriver
 
 __all__ = ["ContinuousDriver", "hf_generate_each"]
-
-_JOIN_TIMEOUT_S = 120.0  # close() waits at most this long for a step in progress
 
 
 def _make_row(policy: HFPolicy, ids: list[int], params: SamplingParams, index: int) -> _Row:
@@ -245,7 +242,7 @@ def _key(request: Request) -> tuple[Any, ...]:
     return (request.adapter, p.temperature, p.top_p, p.stop)
 
 
-class ContinuousDriver(Driver):
+class ContinuousDriver(WorkerDriver):
     """Iteration-level batching of an ``HFPolicy`` in one worker thread (module docstring).
 
     Args:
@@ -262,6 +259,7 @@ class ContinuousDriver(Driver):
     """
 
     kind = "continuous"
+    crash_message = "HF continuous driver crashed"
 
     def __init__(self, policy: HFPolicy, on_done: DoneCallback, max_rows: int) -> None:
         super().__init__(policy, on_done)
@@ -270,64 +268,35 @@ class ContinuousDriver(Driver):
             ("steps", "row_steps", "prefills", "prefill_rows", "prefill_s", "step_s", "cache_s"), 0
         )
         self._hf = policy
-        self._pending: deque[Request] = deque()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._crash: PolicyError | None = None  # set if the worker died: fails later requests
         self._batch = _Batch()
-        self._thread = threading.Thread(target=self._loop, name="rollout-continuous", daemon=True)
-        self._thread.start()
-
-    def submit(self, requests: Sequence[Request]) -> None:
-        with self._cond:
-            crash = self._crash
-            if crash is None:
-                self._pending.extend(requests)
-                self._cond.notify()
-        if crash is not None:
-            self._deliver_errors(requests, crash)
-
-    def close(self) -> None:
-        """Stop after the current decode step (joined, so the model is free on return)."""
-        with self._cond:
-            self._closed = True
-            self._pending.clear()
-            self._cond.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=_JOIN_TIMEOUT_S)
+        self._start("rollout-continuous")
 
     # -- worker ---------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        try:
-            with _eval_mode(self._hf.model), torch.inference_mode():
-                self._serve()
-        except BaseException as exc:  # never leave a request unanswered
-            error = _policy_error("HF continuous driver crashed", exc)
-            with self._cond:
-                stranded = [*self._batch.requests, *self._pending]
-                self._pending.clear()
-                self._crash = error
-            self._batch.clear()
-            self._deliver_errors(stranded, error)
+    def _in_progress(self) -> list[Request]:
+        return list(self._batch.requests)
+
+    def _stopped(self) -> None:
+        self._batch.clear()  # frees the KV cache
 
     def _serve(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._batch.rows and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                admitted = self._take()
-            if admitted:
-                self._admit(admitted)
-            try:
-                if self._batch.rows:
-                    self._step()
-            except Exception as exc:  # fail the whole batch, keep serving
-                failed = self._batch.requests
-                self._batch.clear()
-                self._deliver_errors(failed, _policy_error("HF continuous batching failed", exc))
+        with _eval_mode(self._hf.model), torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not self._pending and not self._batch.rows and not self._closed:
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    admitted = self._take()
+                if admitted:
+                    self._admit(admitted)
+                try:
+                    if self._batch.rows:
+                        self._step()
+                except Exception as exc:  # fail the whole batch, keep serving
+                    failed = self._batch.requests
+                    self._batch.clear()
+                    self._fail(failed, _policy_error("HF continuous batching failed", exc))
 
     def _take(self) -> list[Request]:
         """Pending requests that fit the batch (same key, free rows), in arrival order."""
@@ -348,11 +317,6 @@ class ContinuousDriver(Driver):
         self._pending = rest
         return taken
 
-    def _deliver_errors(self, requests: Sequence[Request], error: BaseException) -> None:
-        if not self._closed:
-            for request in requests:
-                self.on_done(request, None, error)
-
     def _admit(self, requests: list[Request]) -> None:
         """Tokenise, prefill and sample the first token of new requests; merge them in.
 
@@ -367,7 +331,7 @@ class ContinuousDriver(Driver):
                 ids = _tokenize_one(policy, request.messages, request.params, 0)
                 rows.append(_make_row(policy, ids, request.params, len(rows)))
             except Exception as exc:
-                self._deliver_errors([request], exc)
+                self._fail([request], exc)
                 continue
             kept.append(request)
         if not rows:
@@ -382,7 +346,7 @@ class ContinuousDriver(Driver):
             self.stats["prefill_s"] += t1 - t0
             self.stats["cache_s"] += time.perf_counter() - t1
         except Exception as exc:
-            self._deliver_errors(kept, _policy_error("HF prefill failed", exc))
+            self._fail(kept, _policy_error("HF prefill failed", exc))
             return
         self._deliver(finished)
 

@@ -21,22 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from marti_trainer.policies.base import PolicyError, tokenize_prompts, validate_prompts
-from marti_trainer.rollout.backends import DoneCallback, Driver, Request
+from marti_trainer.policies.base import tokenize_prompts, validate_prompts
+from marti_trainer.rollout.backends import DoneCallback, Request, WorkerDriver
 
 if TYPE_CHECKING:
     from marti_trainer.policies.vllm import VLLMPolicy
 
 __all__ = ["VLLMContinuousDriver"]
 
-_JOIN_TIMEOUT_S = 120.0  # close() waits at most this long for an engine step in progress
 
-
-class VLLMContinuousDriver(Driver):
+class VLLMContinuousDriver(WorkerDriver):
     """Requests go into the running vLLM engine as they come (see the module docstring).
 
     Args:
@@ -50,6 +46,7 @@ class VLLMContinuousDriver(Driver):
     """
 
     kind = "continuous"
+    crash_message = "vLLM continuous driver crashed"
 
     def __init__(self, policy: VLLMPolicy, on_done: DoneCallback, max_rows: int) -> None:
         super().__init__(policy, on_done)
@@ -58,50 +55,19 @@ class VLLMContinuousDriver(Driver):
         self._vllm = policy
         self._engine = policy.llm.llm_engine
         self._ids = (f"marti-rollout-{k}" for k in itertools.count())
-        self._pending: list[Request] = []
         self._running: dict[str, tuple[Request, list[int]]] = {}
-        self._cond = threading.Condition()
-        self._closed = False
-        self._crash: PolicyError | None = None
-        self._thread = threading.Thread(target=self._loop, name="rollout-vllm", daemon=True)
-        self._thread.start()
-
-    def submit(self, requests: Sequence[Request]) -> None:
-        with self._cond:
-            crash = self._crash
-            if crash is None:
-                self._pending.extend(requests)
-                self._cond.notify()
-        if crash is not None:
-            self._fail(requests, crash)
-
-    def close(self) -> None:
-        """Stop after the current engine step; abort what is still in the engine."""
-        with self._cond:
-            self._closed = True
-            self._pending.clear()
-            self._cond.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=_JOIN_TIMEOUT_S)
+        self._start("rollout-vllm")
 
     # -- worker ---------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        try:
-            self._serve()
-        except BaseException as exc:  # never leave a request unanswered
-            error = PolicyError(f"vLLM continuous driver crashed: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            with self._cond:
-                stranded = [r for r, _ in self._running.values()] + self._pending
-                self._pending.clear()
-                self._crash = error
-            self._fail(stranded, error)
-        finally:
-            if self._running:  # leave the engine empty for the policy's next generate()
-                with contextlib.suppress(Exception):  # the engine may be gone: nothing to free
-                    self._engine.abort_request(list(self._running))
-                self._running.clear()
+    def _in_progress(self) -> list[Request]:
+        return [request for request, _ in self._running.values()]
+
+    def _stopped(self) -> None:
+        if self._running:  # leave the engine empty for the policy's next generate()
+            with contextlib.suppress(Exception):  # the engine may be gone: nothing to free
+                self._engine.abort_request(list(self._running))
+            self._running.clear()
 
     def _serve(self) -> None:
         while True:
@@ -110,7 +76,8 @@ class VLLMContinuousDriver(Driver):
                     self._cond.wait()
                 if self._closed:
                     return
-                new, self._pending = self._pending, []
+                new = list(self._pending)
+                self._pending.clear()
             for request in new:
                 self._add(request)
             if self._running:
@@ -159,8 +126,3 @@ class VLLMContinuousDriver(Driver):
             return
         if not self._closed:
             self.on_done(request, gen, None)
-
-    def _fail(self, requests: Sequence[Request], error: BaseException) -> None:
-        if not self._closed:
-            for request in requests:
-                self.on_done(request, None, error)
