@@ -29,6 +29,7 @@ from marti_trainer.policies import (
 )
 from tests.test_policy_vllm import (  # helpers shared with the vLLM engine tests
     _require_vllm,
+    assert_sync_and_async_rollouts_agree,
     expected_prompt_ids,
     make_lora_adapter,
     reference_logprobs,
@@ -178,8 +179,6 @@ def test_many_concurrent_requests_keep_their_order(policy):
 
 
 def test_submit_is_a_non_blocking_generate_and_rollouts_use_it(policy):
-    from marti_env.tasks import ArithmeticTasks
-    from marti_trainer.rollout import rollout
     from marti_trainer.rollout.backends import make_driver
 
     params = SamplingParams(temperature=0.8, max_tokens=6, seed=5)
@@ -188,24 +187,7 @@ def test_submit_is_a_non_blocking_generate_and_rollouts_use_it(policy):
     with pytest.raises(ValueError, match="unknown adapter 'nope'"):
         policy.submit(PROMPTS, params, adapter="nope")  # raised in the caller, not the future
     assert make_driver("auto", policy, lambda *_: None, 4).kind == "concurrent"
-    tasks = list(ArithmeticTasks(levels=(1,), size=3))
-    runs = {
-        mode: rollout(
-            "mad-v0",
-            tasks,
-            2,
-            policy,
-            SamplingParams(max_tokens=6),
-            mode=mode,
-            seed=3,
-            progress=False,
-            max_concurrency=4,
-        )
-        for mode in ("sync", "async")
-    }
-    responses = {m: [[t.response for t in e.turns] for e in b.episodes] for m, b in runs.items()}
-    assert responses["sync"] == responses["async"]  # per-request seeds: schedule-independent
-    assert len(runs["async"].samples) == 3 * 2 * 6  # tasks x samples x (3 debaters x 2 rounds)
+    assert_sync_and_async_rollouts_agree(policy)  # through submit and the concurrent driver
 
 
 def test_stop_length_and_context_limits(policy):

@@ -256,28 +256,26 @@ def test_continuous_driver_matches_generate_and_leaves_the_engine_free(policy):
     assert driver.stats["added"] == 4
 
 
-def test_sync_and_async_rollouts_agree(policy):
+def assert_sync_and_async_rollouts_agree(policy) -> None:
+    """Per-request seeds make episodes schedule-independent: sync == async on ``policy``."""
     from marti_env.tasks import ArithmeticTasks
     from marti_trainer.rollout import rollout
 
     tasks = list(ArithmeticTasks(levels=(1,), size=3))
     runs = {
         mode: rollout(
-            "mad-v0",
-            tasks,
-            2,
-            policy,
-            SamplingParams(max_tokens=6),
-            mode=mode,
-            seed=3,
-            progress=False,
-            max_concurrency=4,
+            "mad-v0", tasks, 2, policy, SamplingParams(max_tokens=6), mode=mode, seed=3,
+            progress=False, max_concurrency=4,
         )
         for mode in ("sync", "async")
-    }
+    }  # fmt: skip
     responses = {m: [[t.response for t in e.turns] for e in b.episodes] for m, b in runs.items()}
-    assert responses["sync"] == responses["async"]  # per-request seeds: schedule-independent
+    assert responses["sync"] == responses["async"]
     assert len(runs["async"].samples) == 3 * 2 * 6  # tasks x samples x (3 debaters x 2 rounds)
+
+
+def test_sync_and_async_rollouts_agree(policy):
+    assert_sync_and_async_rollouts_agree(policy)
 
 
 def test_seeded_sampling_survives_prompts_prefilled_over_several_steps(policy):
