@@ -35,7 +35,7 @@ from marti_trainer.learner import LossFn, TrainBatch, score_batch
 from marti_trainer.models import resolve_model
 from marti_trainer.policies import Policy, make_policy
 
-__all__ = ["Team", "Unit", "build_team"]
+__all__ = ["Team", "Unit", "build_team", "make_rollout_policy"]
 
 
 @dataclass
@@ -161,12 +161,19 @@ def load_model(model_dir: Path, gradient_checkpointing: bool) -> torch.nn.Module
     return model
 
 
-def _make_policy(cfg: TrainConfig, model_dir: Path, model: torch.nn.Module | None) -> Policy:
+def make_rollout_policy(
+    cfg: TrainConfig, model_dir: Path, model: torch.nn.Module | None = None, device: str = "cpu"
+) -> Policy:
+    """The rollout policy ``cfg.rollout`` describes (local teams and Ray rollout workers).
+
+    ``model``: generate with this training model itself (hf backend, in place); ``device``:
+    where the hf backend loads its copy.
+    """
     if cfg.rollout.backend == "hf":
         kwargs: dict[str, Any] = {"batch_size": cfg.rollout.batch_size, "seed": cfg.seed}
         if model is not None:  # generate with the training model itself (fp32, in place)
             return make_policy("hf", model, tokenizer=model_dir, **kwargs)
-        return make_policy("hf", str(model_dir), dtype=cfg.rollout.dtype, **kwargs)
+        return make_policy("hf", str(model_dir), dtype=cfg.rollout.dtype, device=device, **kwargs)
     kwargs = {"dtype": cfg.rollout.dtype, "seed": cfg.seed}
     if cfg.model.sharing == "lora":
         kwargs.update(enable_lora=True, max_lora_rank=cfg.model.lora_rank, max_loras=8)
@@ -224,7 +231,7 @@ def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: b
         model = load_model(model_dir, cfg.model.gradient_checkpointing)
         engine = make_engine(model, cfg.optim, loss_fn, steps)
         model = engine.model
-        policy = _make_policy(cfg, model_dir, model if in_place else None)
+        policy = make_rollout_policy(cfg, model_dir, model if in_place else None)
         ref = None
         if want_ref:
             ref = _frozen_scorer(load_model(model_dir, False), cfg)
@@ -255,7 +262,7 @@ def _lora_units(
     peft_model = get_peft_model(base, lora, adapter_name=agents[0])
     for agent in agents[1:]:
         peft_model.add_adapter(agent, lora)
-    policy = _make_policy(cfg, model_dir, None)
+    policy = make_rollout_policy(cfg, model_dir)
     ref = None
     if want_ref:
 

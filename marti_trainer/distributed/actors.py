@@ -186,31 +186,23 @@ class RolloutWorker:
     """Rollout policies for the given keys (one per key, or one shared by all for LoRA).
 
     Args:
-        cfg: The run's config: ``rollout.backend``, ``rollout.dtype``, ``rollout.batch_size``,
-            ``seed`` and ``model.name`` are used, as a local team's rollout policy does.
+        cfg: The run's config, read by :func:`marti_trainer.team.make_rollout_policy` exactly
+            as for a local team's rollout policy.
         keys: The policy keys (unit names) this worker serves.
         shared: One policy object for every key (LoRA: adapters of one base model).
     """
 
     def __init__(self, cfg: TrainConfig, keys: Sequence[str], shared: bool = False) -> None:
         from marti_trainer.models import resolve_model
-        from marti_trainer.policies import make_policy
+        from marti_trainer.team import make_rollout_policy
 
         model_dir = resolve_model(cfg.model.name)
-        kwargs: dict[str, Any] = {}
-        if cfg.rollout.backend == "hf":
-            kwargs = {
-                "batch_size": cfg.rollout.batch_size,
-                "seed": cfg.seed,
-                "dtype": cfg.rollout.dtype,
-                "device": _gpu_device(),
-            }
         self.policies: dict[str, Policy] = {}
         for key in keys:
             if shared and self.policies:
                 self.policies[key] = next(iter(self.policies.values()))
-            else:
-                self.policies[key] = make_policy(cfg.rollout.backend, str(model_dir), **kwargs)
+            else:  # as a local team's rollout policy (LoRA flags and seed for vLLM too)
+                self.policies[key] = make_rollout_policy(cfg, model_dir, device=_gpu_device())
         self._tmp = Path(tempfile.mkdtemp(prefix="marti-worker-"))
         self._adapter_dirs: dict[tuple[int, str], Path] = {}
         self._version = 0
