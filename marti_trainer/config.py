@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -102,6 +103,12 @@ class ModelConfig:
         metadata={"help": "Module names that get LoRA adapters (sharing=lora)."},
     )  # fmt: skip
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory).")
+    device: str = _f(
+        "auto",
+        "Where the trained model, its reference copy and an hf rollout copy live: auto (cuda "
+        "when torch sees a GPU, else cpu), cpu, cuda or cuda:N. Under Ray each actor resolves "
+        "auto against the GPUs Ray gave it. DeepSpeed places its model on its own accelerator.",
+    )
 
 
 @dataclass
@@ -264,6 +271,10 @@ class TrainConfig:
             "model.sharing=lora trains several adapters of one model; use optim.engine=torch",
         )
         _require(m.lora_rank >= 1, "model.lora_rank must be >= 1")
+        _require(
+            re.fullmatch(r"auto|cpu|cuda(:\d+)?", m.device) is not None,
+            f"model.device must be auto, cpu, cuda or cuda:N, got {m.device!r}",
+        )
         _require(self.log.keep_last >= 1, "log.keep_last must be >= 1")
         _require(self.eval.every >= 0 and self.log.save_every >= 0, "every-N values must be >= 0")
 

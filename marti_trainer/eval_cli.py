@@ -61,6 +61,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="hf only")
     p.add_argument("--batch-size", type=int, default=32, help="hf static batch size (32)")
     p.add_argument(
+        "--device", default="auto", help="hf only: auto (cuda if torch sees one), cpu, cuda:N"
+    )
+    p.add_argument(
         "--threads", type=int, default=0, help="torch threads for hf (0: torch's default)"
     )
     p.add_argument(
@@ -117,7 +120,14 @@ def _policy(args: argparse.Namespace) -> Any:
             import torch
 
             torch.set_num_threads(args.threads)
-        kwargs = {"dtype": args.dtype, "batch_size": args.batch_size, "seed": args.seed}
+        from marti_trainer.team import resolve_device
+
+        kwargs = {
+            "dtype": args.dtype,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+            "device": resolve_device(args.device, "--device"),
+        }
     return make_policy(args.backend, args.model, **kwargs)
 
 

@@ -18,7 +18,7 @@ or rows), so the sum of micro-batch gradients is the full batch's gradient.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
@@ -83,6 +83,20 @@ class TrainBatch:
     def num_tokens(self) -> int:
         """Real (unpadded) tokens, prompts included."""
         return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The same batch with every tensor on ``device`` (itself if they already are)."""
+        device = torch.device(device)
+        if self.input_ids.device == device:
+            return self
+
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device)
+
+        return replace(
+            self,
+            **{f.name: move(getattr(self, f.name)) for f in fields(self) if f.name != "norm"},
+        )
 
     def select(self, rows: Sequence[int]) -> TrainBatch:
         """The given rows, with padding trimmed to their own longest prompt and response."""
@@ -237,17 +251,21 @@ def forward_logprobs(
 def score_batch(
     model: torch.nn.Module, batch: TrainBatch, token_budget: int, temperature: float = 1.0
 ) -> Tensor:
-    """Log-probs ``[B, R]`` of every response under ``model`` (no grad, micro-batched)."""
+    """Log-probs ``[B, R]`` of every response under ``model`` (no grad, micro-batched).
+
+    Micro-batches run on the model's device; the result is on ``batch``'s device.
+    """
     out = torch.zeros_like(batch.response_mask)
+    device = next(model.parameters()).device
     lengths = (batch.prompt_lengths + batch.response_lengths).tolist()
     order = sorted(range(batch.size), key=lambda i: lengths[i])
     step = max(1, token_budget // max(1, max(lengths)))
     for start in range(0, batch.size, step):
         rows = order[start : start + step]
         micro = batch.select(rows)
-        logprobs, _ = forward_logprobs(model, micro, temperature)
+        logprobs, _ = forward_logprobs(model, micro.to(device), temperature)
         width = logprobs.shape[1]
-        out[torch.tensor(rows), :width] = logprobs.float() * micro.response_mask
+        out[torch.tensor(rows), :width] = logprobs.float().to(out.device) * micro.response_mask
     return out
 
 

@@ -20,6 +20,7 @@ adapters are saved and re-registered with ``add_adapter``.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from marti_trainer.learner import LossFn, TrainBatch, score_batch
 from marti_trainer.models import resolve_model
 from marti_trainer.policies import Policy, make_policy
 
-__all__ = ["Team", "Unit", "build_team", "make_rollout_policy"]
+__all__ = ["Team", "Unit", "build_team", "make_rollout_policy", "resolve_device"]
 
 
 @dataclass
@@ -148,12 +149,39 @@ class GreedyDedup(Policy):
         pass
 
 
-def load_model(model_dir: Path, gradient_checkpointing: bool) -> torch.nn.Module:
+def resolve_device(spec: str, what: str = "model.device") -> torch.device:
+    """A device setting (``auto``, ``cpu``, ``cuda``, ``cuda:N``) as a torch device.
+
+    ``auto`` is ``cuda`` when torch sees a GPU, else ``cpu``. ``what`` names the setting in
+    errors.
+
+    Raises:
+        ValueError: ``spec`` is not a device, or names a CUDA device torch does not see.
+    """
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", spec):
+        raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {spec!r}")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise ValueError(
+                f"{what}={spec!r}, but torch sees {count} CUDA device(s) (torch "
+                f"{torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
+                f"use {what}=auto or cpu"
+            )
+    return device
+
+
+def load_model(
+    model_dir: Path, gradient_checkpointing: bool, device: torch.device | str = "cpu"
+) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, local_files_only=True
-    )
+    ).to(device)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
@@ -162,7 +190,10 @@ def load_model(model_dir: Path, gradient_checkpointing: bool) -> torch.nn.Module
 
 
 def make_rollout_policy(
-    cfg: TrainConfig, model_dir: Path, model: torch.nn.Module | None = None, device: str = "cpu"
+    cfg: TrainConfig,
+    model_dir: Path,
+    model: torch.nn.Module | None = None,
+    device: torch.device | str = "cpu",
 ) -> Policy:
     """The rollout policy ``cfg.rollout`` describes (local teams and Ray rollout workers).
 
@@ -190,7 +221,7 @@ def _frozen_scorer(
 
 def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> torch.Tensor:
     ctx = (
-        torch.autocast("cpu" if batch.input_ids.device.type == "cpu" else "cuda", torch.bfloat16)
+        torch.autocast(next(model.parameters()).device.type, torch.bfloat16)
         if cfg.optim.precision == "bf16"
         else _null()
     )
@@ -211,6 +242,7 @@ def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: b
     from transformers import AutoTokenizer
 
     model_dir = resolve_model(cfg.model.name)
+    device = resolve_device(cfg.model.device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     steps = cfg.total_steps * cfg.algorithm.updates_per_batch
     in_place = (
@@ -220,7 +252,9 @@ def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: b
     )
     if cfg.model.sharing == "lora":
         team = Team(
-            _lora_units(cfg, agents, model_dir, loss_fn, steps, want_ref), model_dir, tokenizer
+            _lora_units(cfg, agents, model_dir, loss_fn, steps, want_ref, device),
+            model_dir,
+            tokenizer,
         )
         for unit in team.units:  # register every adapter with the rollout policy
             team.sync(unit)
@@ -228,13 +262,14 @@ def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: b
     groups = [("policy", agents)] if cfg.model.sharing == "shared" else [(a, [a]) for a in agents]
     units = []
     for name, members in groups:
-        model = load_model(model_dir, cfg.model.gradient_checkpointing)
+        model = load_model(model_dir, cfg.model.gradient_checkpointing, device)
         engine = make_engine(model, cfg.optim, loss_fn, steps)
         model = engine.model
-        policy = make_rollout_policy(cfg, model_dir, model if in_place else None)
+        placed = next(model.parameters()).device  # DeepSpeed may have moved it
+        policy = make_rollout_policy(cfg, model_dir, model if in_place else None, placed)
         ref = None
         if want_ref:
-            ref = _frozen_scorer(load_model(model_dir, False), cfg)
+            ref = _frozen_scorer(load_model(model_dir, False, placed), cfg)
         units.append(Unit(name, members, model, engine, policy, in_place=in_place, ref=ref))
     return Team(units, model_dir, tokenizer)
 
@@ -246,12 +281,13 @@ def _lora_units(
     loss_fn: LossFn,
     steps: int,
     want_ref: bool,
+    device: torch.device,
 ) -> list[Unit]:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise ImportError("model.sharing=lora needs peft: pip install peft") from exc
-    base = load_model(model_dir, cfg.model.gradient_checkpointing)
+    base = load_model(model_dir, cfg.model.gradient_checkpointing, device)
     lora = LoraConfig(
         r=cfg.model.lora_rank,
         lora_alpha=cfg.model.lora_alpha,
@@ -262,7 +298,7 @@ def _lora_units(
     peft_model = get_peft_model(base, lora, adapter_name=agents[0])
     for agent in agents[1:]:
         peft_model.add_adapter(agent, lora)
-    policy = make_rollout_policy(cfg, model_dir)
+    policy = make_rollout_policy(cfg, model_dir, device=device)
     ref = None
     if want_ref:
 

@@ -46,9 +46,9 @@ def batch_of(samples, advantages, aggregation="token-mean"):
 
 def seq_logprob(model, samples):
     with torch.no_grad():
-        b = collate(samples, PAD)
+        b = collate(samples, PAD).to(next(model.parameters()).device)
         logprobs, _ = forward_logprobs(model, b)
-        return (logprobs * b.response_mask).sum(-1)
+        return (logprobs * b.response_mask).sum(-1).cpu()
 
 
 def test_grpo_step_raises_positive_and_lowers_negative_completion(tiny_dir):
@@ -155,3 +155,42 @@ def test_deepspeed_matches_plain_torch_on_one_fp32_step(tiny_dir, stage):
         # Adam's first step is ~lr * sign(g): where |g| is tiny, the summation order of ZeRO-3
         # can move an element by a fraction of lr (1e-3). 5% of lr is the tolerance.
         torch.testing.assert_close(w_ds[name], value, rtol=0, atol=5e-5, msg=name)
+
+
+def test_train_batch_moves_every_tensor_and_keeps_its_normaliser():
+    b = batch_of([sample([1, 5, 6], [7, 8, 2], 1.0), sample([1, 9], [3, 2], 0.0)], [1.0, -1.0])
+    b.ref_logprobs = torch.zeros_like(b.rollout_logprobs)
+    assert b.to("cpu") is b  # already there: no copy
+    moved = b.to("meta")  # a device every torch build has
+    tensors = {k: v for k, v in vars(moved).items() if isinstance(v, torch.Tensor)}
+    assert len(tensors) == 10 and all(t.device.type == "meta" for t in tensors.values())
+    assert moved.old_logprobs is None and moved.norm == b.norm == 5.0
+    assert b.input_ids.device.type == "cpu"  # the original is untouched
+
+
+def test_resolve_device_names_the_setting():
+    from marti_trainer.team import resolve_device
+
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"model.device='cuda:99', but torch sees \d+ CUDA"):
+        resolve_device("cuda:99")
+    with pytest.raises(ValueError, match=r"--device must be auto, cpu, cuda or cuda:N, got .gpu."):
+        resolve_device("gpu", "--device")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_torch_engine_trains_on_the_gpu_from_cpu_batches(tiny_dir, precision):
+    """The learner's batches stay on the CPU; the engine moves each micro-batch."""
+    model = load(tiny_dir).to("cuda")
+    prompt = [1, 520, 33, 71, 90]
+    good, bad = sample(prompt, [300, 301, 302, 2], 1.0), sample(prompt, [400, 401, 2], 0.0)
+    before = seq_logprob(model, [good, bad])
+    cfg = OptimConfig(precision=precision, lr=1e-3)
+    engine = make_engine(model, cfg, make_loss_fn(AlgorithmConfig(), max_tokens=8), 10)
+    metrics = engine.step(batch_of([good, bad], [0.7071, -0.7071]))
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    after = seq_logprob(model, [good, bad])
+    assert after[0] > before[0] and after[1] < before[1]
+    assert metrics["optim/grad_norm"] > 0

@@ -10,6 +10,7 @@ train and checkpoint exactly as the local one does.
     team.sync(unit)                    -> workers generate with the trainer's new weights
     a killed actor                     -> DeadActorError naming it and `--resume`
     train(ray, stop at 1) + --resume   == train(local) for 2 steps
+    train(ray, vLLM rollout workers)   == train(local, vLLM) for 2 steps
 """
 
 from __future__ import annotations
@@ -334,8 +335,34 @@ def test_ray_training_resumes_and_matches_local(ray_cluster, tiny_dir, tmp_path)
     assert [h["step"] for h in resumed] == [1, 2]
     assert all(h[f"optim/{a}/grad_norm"] > 0 for h in resumed for a in AGENTS)  # it trained
     assert "eval/accuracy" in resumed[1]
-    for got, want in zip(resumed, expected, strict=True):
-        for key, value in want.items():
-            if key.startswith(("losses/", "optim/", "rollout/", "eval/")) and "per_s" not in key:
-                assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (got["step"], key)
+    assert_same_metrics(resumed, expected)
     assert (first.run_dir / "checkpoints" / "step_000002" / "debater_1.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_vllm_rollout_workers_train_as_a_local_vllm_run(ray_cluster, tiny_dir, tmp_path):
+    """rollout.backend=vllm: each rollout worker holds a vLLM engine that gets every update's
+    weights; two steps give the metrics of the same run with a local vLLM engine."""
+    from marti_trainer.train import train
+    from tests.test_policy_vllm import _require_vllm
+
+    _require_vllm()
+    sections = {"rollout": {"backend": "vllm"}, "run_name": "r", "eval": {"at_end": True}}
+    local = train(
+        make_cfg(tiny_dir, tmp_path / "local", distributed={"backend": "local"}, **sections)
+    )
+    remote = train(make_cfg(tiny_dir, tmp_path / "ray", **sections))
+    got = [h for h in remote.history if "charts/step_s" in h]
+    assert [h["step"] for h in got] == [1, 2]
+    assert all(h["optim/policy/grad_norm"] > 0 for h in got) and "eval/accuracy" in got[1]
+    # Step 2's rollout metrics come from the synced weights: a missed sync would differ here.
+    assert_same_metrics(got, [h for h in local.history if "charts/step_s" in h])
+
+
+def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
+    """Equal training, rollout and eval metrics, step by step (timings excluded)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        for key, value in w.items():
+            if key.startswith(("losses/", "optim/", "rollout/", "eval/")) and "per_s" not in key:
+                assert g[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (g["step"], key)

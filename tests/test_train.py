@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from marti_env.tasks import ArithmeticTasks
-from marti_trainer.config import config_from_dict, load_config
+from marti_trainer.config import ConfigError, config_from_dict, load_config
 from marti_trainer.learner import collate, make_loss_fn, set_norm
 from marti_trainer.metrics import read_metrics
 from marti_trainer.models import tiny_random_model
@@ -237,3 +237,31 @@ def test_each_agent_trains_its_own_weights(tiny_dir, tmp_path, sharing):
 
         names = load_file(result.run_dir / "checkpoints" / "step_000002" / "debater_0.safetensors")
         assert names and all("lora_" in n and ".debater_0." in n for n in names)
+
+
+def test_model_device_is_checked_when_the_config_loads(tiny_dir, tmp_path):
+    with pytest.raises(ConfigError, match=r"model\.device must be auto, cpu, cuda or cuda:N"):
+        tiny_config(tiny_dir, tmp_path, model__device="gpu")
+
+
+NO_GPU = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)"
+)
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype"),
+    [("cpu", "bfloat16"), pytest.param("cuda", "float32", marks=NO_GPU),
+     pytest.param("cuda", "bfloat16", marks=NO_GPU)],
+)  # fmt: skip
+def test_training_runs_on_the_configured_device(tiny_dir, tmp_path, device, dtype):
+    """model.device: the trained model, its reference copy and the hf rollout copy."""
+    cfg = tiny_config(
+        tiny_dir, tmp_path, model__device=device, rollout__dtype=dtype, algorithm__kl_coef=0.1,
+        total_steps=2, run_name=f"{device}-{dtype}",
+    )  # fmt: skip
+    result = train(cfg)
+    assert [h["step"] for h in result.history] == [1, 2]
+    assert all(h["optim/policy/grad_norm"] > 0 for h in result.history)
+    assert all(h["losses/policy/kl_ref"] >= 0 for h in result.history)
+    assert result.history[-1]["losses/policy/kl_ref"] > 0  # the policy moved off the reference

@@ -50,13 +50,6 @@ class WeightUpdate:
     files: dict[str, bytes] | None = None
 
 
-def _gpu_device() -> str:
-    """``"cuda"`` when Ray gave this actor a GPU, else ``"cpu"``."""
-    import ray
-
-    return "cuda" if ray.is_initialized() and ray.get_gpu_ids() else "cpu"
-
-
 class TrainerActor:
     """The trained units of ``agents`` (one unit, or one LoRA unit per agent) in one process.
 
@@ -194,15 +187,18 @@ class RolloutWorker:
 
     def __init__(self, cfg: TrainConfig, keys: Sequence[str], shared: bool = False) -> None:
         from marti_trainer.models import resolve_model
-        from marti_trainer.team import make_rollout_policy
+        from marti_trainer.team import make_rollout_policy, resolve_device
 
         model_dir = resolve_model(cfg.model.name)
+        # Ray hides the GPUs it did not give this actor (CUDA_VISIBLE_DEVICES), so "auto"
+        # is cuda exactly when the worker reserved a GPU.
+        device = resolve_device(cfg.model.device)
         self.policies: dict[str, Policy] = {}
         for key in keys:
             if shared and self.policies:
                 self.policies[key] = next(iter(self.policies.values()))
             else:  # as a local team's rollout policy (LoRA flags and seed for vLLM too)
-                self.policies[key] = make_rollout_policy(cfg, model_dir, device=_gpu_device())
+                self.policies[key] = make_rollout_policy(cfg, model_dir, device=device)
         self._tmp = Path(tempfile.mkdtemp(prefix="marti-worker-"))
         self._adapter_dirs: dict[tuple[int, str], Path] = {}
         self._version = 0

@@ -110,7 +110,7 @@ class DeepSpeedEngine(Engine):
         metrics = MetricSum()
         micro_batches = batch.split(self.cfg.micro_batch_tokens)
         for micro in micro_batches:
-            loss, values, weight = self.loss_fn(self.ds, micro)
+            loss, values, weight = self.loss_fn(self.ds, micro.to(self.ds.device))
             self.ds.backward(loss, scale_wrt_gas=False)
             metrics.add(values, weight)
         lr = self.scheduler.get_last_lr()[0]

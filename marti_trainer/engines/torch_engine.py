@@ -3,7 +3,7 @@
 One :meth:`TorchEngine.step`::
 
     zero grads
-    for micro in batch.split(micro_batch_tokens):       # token budget
+    for micro in batch.split(micro_batch_tokens):       # token budget, on the model's device
         with autocast(bf16 if precision == "bf16"):     # weights stay fp32
             loss = loss_fn(model, micro)                # already weighted by its share
         loss.backward()                                 # gradients accumulate
@@ -77,9 +77,10 @@ class TorchEngine(Engine):
         self.optimizer.zero_grad(set_to_none=True)
         metrics = MetricSum()
         micro_batches = batch.split(self.cfg.micro_batch_tokens)
+        device = self.params[0].device
         for micro in micro_batches:
             with self._autocast():
-                loss, values, weight = self.loss_fn(self.model, micro)
+                loss, values, weight = self.loss_fn(self.model, micro.to(device))
             loss.backward()
             metrics.add(values, weight)
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
