@@ -9,7 +9,11 @@ same learning rate and max grad norm. Generation is *excluded*: TRL gets the com
 from a ``rollout_func`` that returns them instantly; marti's loop gets them as rollout
 samples. Timed: everything from the completions to the updated weights (rewards,
 advantages, padding, forward, backward, optimizer step), median over ``--steps`` steps
-after one warm-up step, in one process, alternating the two sides.
+after one warm-up step, in one process, the sides one after the other.
+
+marti runs twice: as configured by default (``optim.share_prompts``: each distinct prompt is
+forwarded once per micro-batch and its key/value cache serves every completion of it) and
+with ``share_prompts`` off (every row forwards its own prompt, as TRL does).
 
     pip install trl          # for this benchmark only; not a dependency of marti
     python benchmarks/bench_train_step.py --steps 3
@@ -64,7 +68,7 @@ def make_batch(model_dir: Path, prompts: int, generations: int, max_tokens: int,
     return texts, rows
 
 
-def marti_step_times(model_dir, rows, args) -> list[float]:
+def marti_step_times(model_dir, rows, args, share_prompts: bool) -> list[float]:
     from transformers import AutoModelForCausalLM
 
     from marti_trainer.config import AlgorithmConfig, OptimConfig
@@ -76,7 +80,11 @@ def marti_step_times(model_dir, rows, args) -> list[float]:
         advantage="grpo", clip_low=0.2, clip_high=0.2, aggregation=args.aggregation
     )
     opt = OptimConfig(
-        lr=1e-6, precision="bf16", max_grad_norm=1.0, micro_batch_tokens=args.micro_batch_tokens
+        lr=1e-6,
+        precision="bf16",
+        max_grad_norm=1.0,
+        micro_batch_tokens=args.micro_batch_tokens,
+        share_prompts=share_prompts,
     )
     engine = make_engine(model, opt, make_loss_fn(alg, args.max_tokens), total_steps=args.steps + 1)
     times = []
@@ -174,23 +182,31 @@ def main() -> None:
     texts, rows = make_batch(model_dir, args.prompts, args.generations, args.max_tokens, args.seed)
     tokens = sum(len(r.prompt_token_ids) + len(r.response_token_ids) for r in rows)
     results = {}
-    results["marti"] = marti_step_times(model_dir, rows, args)
+    results["marti"] = marti_step_times(model_dir, rows, args, share_prompts=True)
+    results["marti-plain"] = marti_step_times(model_dir, rows, args, share_prompts=False)
     results["trl"] = trl_step_times(model_dir, texts, rows, args)
     report = {"config": vars(args), "tokens_per_step": tokens, "threads": torch.get_num_threads()}
     for name, times in results.items():
         median = statistics.median(times)
         report[name] = {"step_s": times, "median_s": median, "tokens_per_s": tokens / median}
-    report["ratio_marti_over_trl"] = report["marti"]["tokens_per_s"] / report["trl"]["tokens_per_s"]
+    speed = {name: report[name]["tokens_per_s"] for name in results}
+    report["ratio_marti_over_trl"] = speed["marti"] / speed["trl"]
+    report["ratio_marti_plain_over_trl"] = speed["marti-plain"] / speed["trl"]
+    report["ratio_shared_over_plain"] = speed["marti"] / speed["marti-plain"]
     import trl
 
     report["trl_version"] = trl.__version__
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"batch: {len(rows)} sequences, {tokens} tokens (prompt + completion)")
-    print(f"{'':>6} {'median s/step':>14} {'tokens/s':>10}")
-    for name in ("marti", "trl"):
-        print(f"{name:>6} {report[name]['median_s']:>14.2f} {report[name]['tokens_per_s']:>10.0f}")
-    print(f"ratio marti/trl: {report['ratio_marti_over_trl']:.2f}x (TRL {trl.__version__})")
+    print(f"{'':>11} {'median s/step':>14} {'tokens/s':>10}")
+    for name in results:
+        print(f"{name:>11} {report[name]['median_s']:>14.2f} {report[name]['tokens_per_s']:>10.0f}")
+    print(
+        f"ratio marti/trl: {report['ratio_marti_over_trl']:.2f}x, marti-plain/trl: "
+        f"{report['ratio_marti_plain_over_trl']:.2f}x, shared/plain prompts: "
+        f"{report['ratio_shared_over_plain']:.2f}x (TRL {trl.__version__})"
+    )
 
 
 if __name__ == "__main__":

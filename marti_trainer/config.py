@@ -181,9 +181,16 @@ class OptimConfig:
     max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
     micro_batch_tokens: int = _f(
         2048,
-        "Token budget of one micro-batch (rows x padded length); gradients accumulate. "
-        "Activations dominate memory: SmolLM2-135M needs ~2 MB per token (fp32 master, bf16 "
-        "autocast), so 2048 tokens ~ 4-5 GB.",
+        "Token budget of one micro-batch (rows x padded length; with share_prompts, distinct "
+        "prompts x prompt width + rows x response width); gradients accumulate. Activations "
+        "dominate memory: SmolLM2-135M needs ~2 MB per token (fp32 master, bf16 autocast), so "
+        "2048 tokens ~ 4-5 GB.",
+    )
+    share_prompts: bool = _f(
+        True,
+        "Forward each distinct prompt of a micro-batch once and let every response that "
+        "continues it attend to its key/value cache (the same loss and gradient; a group's "
+        "samples share their prompt). Needs model.gradient_checkpointing=false.",
     )
 
 
@@ -271,6 +278,11 @@ class TrainConfig:
             "model.sharing=lora trains several adapters of one model; use optim.engine=torch",
         )
         _require(m.lora_rank >= 1, "model.lora_rank must be >= 1")
+        _require(
+            not (o.share_prompts and m.gradient_checkpointing),
+            "model.gradient_checkpointing turns the key/value cache off, which "
+            "optim.share_prompts needs: set optim.share_prompts=false",
+        )
         _require(
             re.fullmatch(r"auto|cpu|cuda(:\d+)?", m.device) is not None,
             f"model.device must be auto, cpu, cuda or cuda:N, got {m.device!r}",

@@ -10,6 +10,14 @@ Every response starts at column ``P``, so the model's logits are needed only for
 compute per token) is never applied to prompt tokens. ``position_ids`` count real tokens,
 so a padded row sees the positions it would see alone.
 
+Shared prompts: in a group every sample continues the same prompt (the same task, agent
+and turn), and debaters of one episode often see the same transcript. With
+``share_prompts`` a micro-batch runs each distinct prompt through the model once
+(``use_cache=True``), gathers its key/value cache for every row that continues it, and runs
+only the responses on top. The gradient flows back through the gathered cache, so loss and
+gradient are those of the plain forward (up to float rounding); prompt tokens, most of the
+tokens of a debate's update, are computed once per distinct prompt instead of once per row.
+
 Micro-batching keeps the gradient exact: each micro-batch's loss is its aggregate
 (token-mean, ...) times ``weight = its share of the batch's normaliser`` (tokens, sequences
 or rows), so the sum of micro-batch gradients is the full batch's gradient.
@@ -56,6 +64,7 @@ class TrainBatch:
         ref_logprobs: ``[B, R]`` log-probs under the reference (initial) policy, or None.
         prompt_lengths: ``[B]`` long.  response_lengths: ``[B]`` long.
         norm: The whole batch's aggregation normaliser (kept by micro-batches).
+        share_prompts: Forward each distinct prompt once (set by :meth:`split`).
     """
 
     input_ids: Tensor
@@ -70,6 +79,7 @@ class TrainBatch:
     old_logprobs: Tensor | None = None
     ref_logprobs: Tensor | None = None
     norm: float = 1.0
+    share_prompts: bool = False
 
     @property
     def size(self) -> int:
@@ -89,13 +99,9 @@ class TrainBatch:
         device = torch.device(device)
         if self.input_ids.device == device:
             return self
-
-        def move(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(device)
-
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
         return replace(
-            self,
-            **{f.name: move(getattr(self, f.name)) for f in fields(self) if f.name != "norm"},
+            self, **{k: v.to(device) for k, v in tensors.items() if isinstance(v, Tensor)}
         )
 
     def select(self, rows: Sequence[int]) -> TrainBatch:
@@ -126,27 +132,52 @@ class TrainBatch:
             response_lengths=self.response_lengths[idx],
         )
 
-    def split(self, token_budget: int) -> list[TrainBatch]:
-        """Micro-batches whose ``rows x padded length`` stays within ``token_budget``.
+    def split(self, token_budget: int, share_prompts: bool = False) -> list[TrainBatch]:
+        """Micro-batches of the rows :meth:`chunks` groups (see there)."""
+        return [
+            replace(self.select(rows), share_prompts=share_prompts)
+            for rows in self.chunks(token_budget, share_prompts)
+        ]
 
-        Rows are sorted by length so that similar lengths share a micro-batch (little
-        padding); a row longer than the budget forms its own micro-batch.
+    def chunks(self, token_budget: int, share_prompts: bool = False) -> list[list[int]]:
+        """Row indices of micro-batches whose cost stays within ``token_budget`` tokens.
+
+        The cost of a micro-batch is ``rows x padded length``; with ``share_prompts`` it is
+        ``distinct prompts x prompt width + rows x response width`` (what is computed) and
+        rows are ordered so that equal prompts are neighbours (:meth:`split` marks its
+        micro-batches for :func:`forward_logprobs`). Otherwise rows are sorted by length so that
+        similar lengths share a micro-batch (little padding). A row over the budget forms its
+        own micro-batch.
         """
         lengths = (self.prompt_lengths + self.response_lengths).tolist()
-        order = sorted(range(self.size), key=lambda i: lengths[i])
+        keys = self.prompt_keys() if share_prompts else None
+        if keys is None:
+            order = sorted(range(self.size), key=lambda i: lengths[i])
+        else:
+            order = sorted(range(self.size), key=lambda i: (len(keys[i]), keys[i], lengths[i]))
         chunks: list[list[int]] = []
         for i in order:
             rows = chunks[-1] if chunks else None
-            if rows and (len(rows) + 1) * self._padded_len([*rows, i]) <= token_budget:
+            if rows and self._cost([*rows, i], keys) <= token_budget:
                 rows.append(i)
             else:
                 chunks.append([i])
-        return [self.select(rows) for rows in chunks]
+        return chunks
 
-    def _padded_len(self, rows: list[int]) -> int:
-        return max(int(self.prompt_lengths[r]) for r in rows) + max(
-            int(self.response_lengths[r]) for r in rows
-        )
+    def prompt_keys(self) -> list[tuple[int, ...]]:
+        """Each row's prompt token ids (without padding), as a hashable key."""
+        p = self.prompt_width
+        return [
+            tuple(self.input_ids[i, p - int(n) : p].tolist())
+            for i, n in enumerate(self.prompt_lengths)
+        ]
+
+    def _cost(self, rows: list[int], keys: list[tuple[int, ...]] | None) -> int:
+        p = max(int(self.prompt_lengths[r]) for r in rows)
+        r = max(int(self.response_lengths[r]) for r in rows)
+        if keys is None:
+            return len(rows) * (p + r)
+        return len({keys[i] for i in rows}) * p + len(rows) * r
 
 
 def collate(samples: Sequence, pad_id: int, advantages: Tensor | None = None) -> TrainBatch:
@@ -232,37 +263,112 @@ def _count(batch: TrainBatch, aggregation: str) -> float:
 def forward_logprobs(
     model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0
 ) -> tuple[Tensor, Tensor]:
-    """``(logprobs [B, R], logits [B, R, V])`` of the response tokens under ``model``."""
+    """``(logprobs [B, R], logits [B, R, V])`` of the response tokens under ``model``.
+
+    With ``batch.share_prompts`` and a prompt that several rows continue, each distinct
+    prompt is forwarded once (see the module docstring); the result is the same.
+    """
     r = batch.response_ids.shape[1]
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=r + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1, :]
+    first, inverse = _distinct_prompts(batch) if batch.share_prompts else ([], None)
+    if inverse is None or len(first) == batch.size:
+        out = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            logits_to_keep=r + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1, :]
+    else:
+        logits = _shared_prompt_logits(model, batch, first, inverse)
     if temperature != 1.0:
         logits = logits / temperature
     return logprobs_from_logits(logits, batch.response_ids), logits
 
 
+def _distinct_prompts(batch: TrainBatch) -> tuple[list[int], Tensor]:
+    """``(first row of each distinct prompt, row -> index into those)``."""
+    index: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    inverse = []
+    for i, key in enumerate(batch.prompt_keys()):
+        if key not in index:
+            index[key] = len(first)
+            first.append(i)
+        inverse.append(index[key])
+    return first, torch.tensor(inverse, dtype=torch.long, device=batch.input_ids.device)
+
+
+def _shared_prompt_logits(
+    model: torch.nn.Module, batch: TrainBatch, first: list[int], inverse: Tensor
+) -> Tensor:
+    """Logits ``[B, R, V]`` predicting each response token, each distinct prompt run once.
+
+    The prompts' key/value cache is repeated per row and the responses attend to it; the
+    backward sums the rows' gradients into their prompt. The logit of response token 0
+    comes from the prompt's last position, the others from the response positions.
+    """
+    from transformers import DynamicCache
+
+    p = batch.prompt_width
+    rows = torch.tensor(first, dtype=torch.long, device=batch.input_ids.device)
+    head = model(
+        input_ids=batch.input_ids[rows, :p],
+        attention_mask=batch.attention_mask[rows, :p],
+        position_ids=batch.position_ids[rows, :p],
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    # The argument is `cache` in newer transformers (5.24), `past_key_values` before (5.19).
+    name = "cache" if "cache" in head else "past_key_values"
+    if head.get(name) is None:
+        raise RuntimeError(
+            "share_prompts needs the model to return its key/value cache, and this one returned "
+            "none (gradient checkpointing turns the cache off): set optim.share_prompts=false"
+        )
+    onehot = torch.nn.functional.one_hot(inverse, len(first))
+    cache = DynamicCache(
+        [(_repeat_rows(layer.keys, onehot), _repeat_rows(layer.values, onehot))
+         for layer in head[name].layers]
+    )  # fmt: skip
+    tail = model(
+        input_ids=batch.input_ids[:, p:],
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids[:, p:],
+        use_cache=True,
+        **{name: cache},
+    )
+    return torch.cat([_repeat_rows(head.logits, onehot), tail.logits[:, :-1, :]], dim=1)
+
+
+def _repeat_rows(x: Tensor, onehot: Tensor) -> Tensor:
+    """``x[inverse]`` computed as ``onehot @ x``: the same values (``1 * a + 0 * b = a``), and
+    a backward that sums each prompt's row gradients in a fixed order. Indexing's backward
+    accumulates with several threads in no fixed order on a CPU, so repeated runs would
+    differ in the last bits (and a resumed run would not repeat the uninterrupted one)."""
+    flat = x.reshape(x.shape[0], -1)
+    with torch.autocast(x.device.type, enabled=False):  # keep x's dtype: the copy stays exact
+        out = onehot.to(flat.dtype) @ flat
+    return out.reshape(onehot.shape[0], *x.shape[1:])
+
+
 @torch.no_grad()
 def score_batch(
-    model: torch.nn.Module, batch: TrainBatch, token_budget: int, temperature: float = 1.0
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    token_budget: int,
+    temperature: float = 1.0,
+    share_prompts: bool = False,
 ) -> Tensor:
-    """Log-probs ``[B, R]`` of every response under ``model`` (no grad, micro-batched).
+    """Log-probs ``[B, R]`` of every response under ``model`` (no grad, micro-batched as
+    :meth:`TrainBatch.split` does).
 
     Micro-batches run on the model's device; the result is on ``batch``'s device.
     """
     out = torch.zeros_like(batch.response_mask)
     device = next(model.parameters()).device
-    lengths = (batch.prompt_lengths + batch.response_lengths).tolist()
-    order = sorted(range(batch.size), key=lambda i: lengths[i])
-    step = max(1, token_budget // max(1, max(lengths)))
-    for start in range(0, batch.size, step):
-        rows = order[start : start + step]
-        micro = batch.select(rows)
+    for rows in batch.chunks(token_budget, share_prompts):
+        micro = replace(batch.select(rows), share_prompts=share_prompts)
         logprobs, _ = forward_logprobs(model, micro.to(device), temperature)
         width = logprobs.shape[1]
         out[torch.tensor(rows), :width] = logprobs.float().to(out.device) * micro.response_mask

@@ -226,7 +226,13 @@ def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> t
         else _null()
     )
     with ctx:
-        return score_batch(model, batch, cfg.optim.micro_batch_tokens, cfg.rollout.temperature)
+        return score_batch(
+            model,
+            batch,
+            cfg.optim.micro_batch_tokens,
+            cfg.rollout.temperature,
+            cfg.optim.share_prompts,
+        )
 
 
 class _null:

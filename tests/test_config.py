@@ -93,11 +93,18 @@ def test_bad_values_are_rejected(override, match):
             ["algorithm.overlong_penalty=1", "rollout.max_tokens=6"],
             "overlong_buffer cannot exceed rollout.max_tokens",
         ),
+        (["model.gradient_checkpointing=true"], "set optim.share_prompts=false"),
+        (["model.device=gpu"], "model.device must be auto, cpu, cuda or cuda:N"),
     ],
 )
 def test_incompatible_combinations_are_rejected(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(None, overrides)
+
+
+def test_gradient_checkpointing_runs_with_shared_prompts_off():
+    cfg = load_config(None, ["model.gradient_checkpointing=true", "optim.share_prompts=false"])
+    assert cfg.model.gradient_checkpointing and not cfg.optim.share_prompts
 
 
 def test_an_unused_overlong_buffer_is_not_checked_against_max_tokens():

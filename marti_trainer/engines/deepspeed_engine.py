@@ -108,7 +108,7 @@ class DeepSpeedEngine(Engine):
     def step(self, batch: TrainBatch) -> dict[str, float]:
         self.ds.train()
         metrics = MetricSum()
-        micro_batches = batch.split(self.cfg.micro_batch_tokens)
+        micro_batches = batch.split(self.cfg.micro_batch_tokens, self.cfg.share_prompts)
         for micro in micro_batches:
             loss, values, weight = self.loss_fn(self.ds, micro.to(self.ds.device))
             self.ds.backward(loss, scale_wrt_gas=False)

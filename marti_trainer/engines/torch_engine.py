@@ -76,7 +76,7 @@ class TorchEngine(Engine):
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         metrics = MetricSum()
-        micro_batches = batch.split(self.cfg.micro_batch_tokens)
+        micro_batches = batch.split(self.cfg.micro_batch_tokens, self.cfg.share_prompts)
         device = self.params[0].device
         for micro in micro_batches:
             with self._autocast():
