@@ -434,6 +434,42 @@ def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
     assert [len(done[k].token_ids) for k in range(5)] == [3, 9, 1, 6, 12]
 
 
+def test_hf_repeated_prompts_are_prefilled_once_and_sample_as_if_alone(tiny_policy):
+    """A group's episodes send the same prompt: one prefill serves them all, and every row
+    still samples from its own seeded stream, as it would alone."""
+    from marti_trainer.policies.hf_continuous import ContinuousDriver, hf_generate_each
+    from marti_trainer.rollout.backends import Request
+
+    a = [{"role": "user", "content": "What is 2 + 2?"}]
+    b = [{"role": "user", "content": "hi hi What is 3 + 5?"}]
+    prompts = [a, b, a, a, b]
+    params = [SamplingParams(temperature=1.0, max_tokens=6, seed=k) for k in range(5)]
+    alone = [tiny_policy.generate([p], sp)[0][0] for p, sp in zip(prompts, params, strict=True)]
+    assert len({tuple(g.token_ids) for g in alone}) > 2  # the seeds give different samples
+    static = hf_generate_each(tiny_policy, prompts, params)
+    done: dict[int, Generation] = {}
+    finished = threading.Event()
+
+    def on_done(request, gen, exc):
+        assert exc is None, exc
+        done[request.tag] = gen
+        if len(done) == len(prompts):
+            finished.set()
+
+    driver = ContinuousDriver(tiny_policy, on_done, max_rows=8)
+    try:
+        driver.submit([Request(tuple(p), sp, None, tag=k) for k, (p, sp) in
+                       enumerate(zip(prompts, params, strict=True))])  # fmt: skip
+        assert finished.wait(120)
+    finally:
+        driver.close()
+    assert (driver.stats["prefill_rows"], driver.stats["prefill_distinct"]) == (5, 2)
+    for k, want in enumerate(alone):
+        for got in (static[k], done[k]):
+            assert got.token_ids == want.token_ids
+            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+
 def test_hf_continuous_reports_prompt_too_long(tiny_policy):
     from marti_trainer.policies.hf import HFPolicy
 

@@ -336,25 +336,10 @@ class HFPolicy(Policy):
     def _decode(self, rows: list[_Row], params: SamplingParams) -> None:
         """Generate every row of one batch to completion (fills the rows in place)."""
         device = self._model.device
-        width = max(len(r.prompt_ids) for r in rows)
         batch = len(rows)
-        input_ids = torch.full((batch, width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for b, row in enumerate(rows):  # left padding
-            input_ids[b, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
-            mask[b, width - len(row.prompt_ids) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self._model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
+        cache, mask, positions, logits = _prefill(
+            self._model, [r.prompt_ids for r in rows], self._pad_id
         )
-        cache = _output_cache(out)
-        logits = out.logits[:, -1, :]
-        positions = positions[:, -1:]
         max_steps = max(r.budget for r in rows)
         for _ in range(max_steps):
             active = [r.finish is None for r in rows]
@@ -560,6 +545,55 @@ def _output_cache(out: Any) -> Any:
     """The KV cache of a model output (``cache`` in transformers 5, ``past_key_values`` in 4)."""
     cache = out.get("cache")
     return out.get("past_key_values") if cache is None else cache
+
+
+def _cache_layers(cache: Any) -> list[Any]:
+    layers = getattr(cache, "layers", None)
+    if layers is None or not all(hasattr(layer, "keys") for layer in layers):
+        raise RuntimeError(
+            "the hf backend needs a transformers DynamicCache with .layers[i].keys/.values "
+            f"(transformers >= 4.56); got {type(cache).__name__}"
+        )
+    return list(layers)
+
+
+def _prefill(
+    model: Any, prompts: Sequence[Sequence[int]], pad_id: int
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prefill ``prompts`` left-padded, each distinct prompt once.
+
+    In a rollout the episodes of a group, and the agents of one round, often send the same
+    prompt: its rows are copies of one computation. Returns ``(cache, mask [B, W], positions
+    [B, 1], logits [B, V])``, one row per prompt in order: ``positions`` is each row's last
+    position id, ``logits`` predict its first new token.
+    """
+    index: dict[tuple[int, ...], int] = {}
+    inverse = [index.setdefault(tuple(ids), len(index)) for ids in prompts]
+    distinct = list(index)
+    width = max(map(len, distinct))
+    input_ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(distinct), width), dtype=torch.long)
+    for b, ids in enumerate(distinct):
+        input_ids[b, width - len(ids) :] = torch.tensor(ids)
+        mask[b, width - len(ids) :] = 1
+    device = model.device
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache, logits, positions = _output_cache(out), out.logits[:, -1, :], positions[:, -1:]
+    if len(distinct) < len(prompts):
+        rows = torch.tensor(inverse, dtype=torch.long, device=device)
+        for layer in _cache_layers(cache):
+            layer.keys = layer.keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+        mask, positions, logits = (t.index_select(0, rows) for t in (mask, positions, logits))
+    return cache, mask, positions, logits
 
 
 def _nucleus(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -52,7 +52,7 @@ from marti_trainer.policies.base import (
     tokenize_prompts,
     validate_prompts,
 )
-from marti_trainer.policies.hf import HFPolicy, _Row
+from marti_trainer.policies.hf import HFPolicy, _cache_layers, _output_cache, _prefill, _Row
 from marti_trainer.rollout.backends import DoneCallback, Request, WorkerDriver
 
 __all__ = ["ContinuousDriver", "hf_generate_each"]
@@ -85,12 +85,6 @@ def _eval_mode(model: Any) -> Iterator[None]:
         yield
     finally:
         model.train(was_training)
-
-
-def _output_cache(out: Any) -> Any:
-    """The KV cache of a model output (``cache`` in transformers 5, ``past_key_values`` in 4)."""
-    cache = out.get("cache")
-    return out.get("past_key_values") if cache is None else cache
 
 
 def _to_generation(policy: HFPolicy, row: _Row) -> Generation:
@@ -154,16 +148,6 @@ def _policy_error(what: str, exc: BaseException) -> PolicyError:
     error = PolicyError(f"{what}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
-
-
-def _cache_layers(cache: Any) -> list[Any]:
-    layers = getattr(cache, "layers", None)
-    if layers is None or not all(hasattr(layer, "keys") for layer in layers):
-        raise RuntimeError(
-            "continuous batching needs a transformers DynamicCache with .layers[i].keys/.values "
-            f"(transformers >= 4.56); got {type(cache).__name__}. Use driver='batch'."
-        )
-    return list(layers)
 
 
 def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
@@ -252,7 +236,8 @@ class ContinuousDriver(WorkerDriver):
 
     Attributes:
         stats: ``steps`` (decode steps), ``row_steps`` (sum of batch sizes over steps, so
-            ``row_steps / steps`` is the mean occupancy), ``prefills``, ``prefill_rows``, and
+            ``row_steps / steps`` is the mean occupancy), ``prefills``, ``prefill_rows``,
+            ``prefill_distinct`` (distinct prompts among them: each is computed once), and
             seconds in prefills (with their first token), in decode steps (sampling and
             row removal included) and in merging new rows' caches (``prefill_s``,
             ``step_s``, ``cache_s``).
@@ -265,8 +250,10 @@ class ContinuousDriver(WorkerDriver):
         super().__init__(policy, on_done)
         self.max_rows = max_rows
         self.stats: dict[str, float] = dict.fromkeys(
-            ("steps", "row_steps", "prefills", "prefill_rows", "prefill_s", "step_s", "cache_s"), 0
-        )
+            ("steps", "row_steps", "prefills", "prefill_rows", "prefill_distinct", "prefill_s",
+             "step_s", "cache_s"),
+            0,
+        )  # fmt: skip
         self._hf = policy
         self._batch = _Batch()
         self._start("rollout-continuous")
@@ -353,30 +340,15 @@ class ContinuousDriver(WorkerDriver):
     def _prefill(self, rows: list[_Row], requests: list[Request]) -> _Batch:
         """A batch of new rows, left-padded, prefilled (``logits`` of the last position)."""
         policy = self._hf
-        device = policy.model.device
-        width = max(len(r.prompt_ids) for r in rows)
-        input_ids = torch.full((len(rows), width), policy._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, row in enumerate(rows):
-            input_ids[b, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
-            mask[b, width - len(row.prompt_ids) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        prompts = [r.prompt_ids for r in rows]
         with policy._adapter_context(requests[0].adapter):
-            out = policy.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            cache, mask, positions, logits = _prefill(policy.model, prompts, policy._pad_id)
         self.stats["prefills"] += 1
         self.stats["prefill_rows"] += len(rows)
+        self.stats["prefill_distinct"] += len({tuple(p) for p in prompts})
         new = _Batch()
         new.rows, new.requests, new.key = rows, requests, _key(requests[0])
-        new.cache = _output_cache(out)
-        new.mask, new.positions = mask, positions[:, -1:]
-        new.logits = out.logits[:, -1, :]
+        new.cache, new.mask, new.positions, new.logits = cache, mask, positions, logits
         return new
 
     def _step(self) -> None:
