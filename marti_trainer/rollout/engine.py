@@ -37,7 +37,11 @@ reset with ``env_seed(seed, j, i)`` and each request samples with its own
 scheduling order cannot change what is sampled. The one caveat is floating point: a
 backend whose numerics depend on batch composition (the ``hf`` backend in bf16 flips a token
 in most long samples when the batch changes; fp32 is stable in practice) gives the same
-episodes only up to those flips.
+episodes only up to those flips. With a continuous driver the batch a request joins depends
+on when it arrives, so in bf16 two runs with the same seed can differ: a request that waited
+for a free slot joins whichever decode step is running when it is handed over. A sync
+rollout repeats exactly when every round fits in ``max_concurrency``: each round (round 0
+after all episodes are reset) goes to the driver in one submission.
 
 Each running episode holds one env instance: the first is built with
 ``marti_env.make(env_id, **env_kwargs)``, the others are shallow copies of it (``reset``
@@ -377,7 +381,7 @@ class _Runner:
                     )
             while self.next_episode < self.num_episodes:
                 self._start_episode()
-                self._dispatch()  # generation starts while later episodes are reset
+            self._dispatch()  # round 0 in one submission (see "Both modes" above)
             while self.finished < self.num_episodes:
                 self._dispatch()
                 t0 = time.perf_counter()
