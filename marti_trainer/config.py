@@ -29,6 +29,7 @@ import yaml
 from marti_trainer.distributed.config import DistributedConfig
 
 __all__ = [
+    "DEVICE_PATTERN",
     "AlgorithmConfig",
     "ConfigError",
     "EnvConfig",
@@ -51,6 +52,10 @@ class ConfigError(ValueError):
 def _f(default: Any, help: str) -> Any:
     """``field(default=default, metadata={"help": help})`` for an immutable default."""
     return field(default=default, metadata={"help": help})
+
+
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+"""Accepted values of ``model.device`` (and ``marti eval --device``)."""
 
 
 def _require(ok: bool, message: str) -> None:
@@ -284,7 +289,7 @@ class TrainConfig:
             "optim.share_prompts needs: set optim.share_prompts=false",
         )
         _require(
-            re.fullmatch(r"auto|cpu|cuda(:\d+)?", m.device) is not None,
+            re.fullmatch(DEVICE_PATTERN, m.device) is not None,
             f"model.device must be auto, cpu, cuda or cuda:N, got {m.device!r}",
         )
         _require(self.log.keep_last >= 1, "log.keep_last must be >= 1")

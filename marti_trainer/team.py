@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from marti_trainer.config import TrainConfig
+from marti_trainer.config import DEVICE_PATTERN, TrainConfig
 from marti_trainer.engines import Engine, make_engine
 from marti_trainer.learner import LossFn, TrainBatch, score_batch
 from marti_trainer.models import resolve_model
@@ -158,10 +158,10 @@ def resolve_device(spec: str, what: str = "model.device") -> torch.device:
     Raises:
         ValueError: ``spec`` is not a device, or names a CUDA device torch does not see.
     """
+    if not re.fullmatch(DEVICE_PATTERN, spec):
+        raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {spec!r}")
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", spec):
-        raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {spec!r}")
     device = torch.device(spec)
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
