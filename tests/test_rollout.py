@@ -393,18 +393,14 @@ def test_hf_sync_static_and_async_continuous_give_the_same_episodes(tiny_policy,
     assert [e.final_answer for e in ref.episodes] == [e.final_answer for e in cont.episodes]
 
 
-def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
-    from marti_trainer.policies.hf_continuous import ContinuousDriver, hf_generate_each
-    from marti_trainer.rollout.backends import Request
+def run_continuous(policy, prompts, params, max_rows: int, one_by_one: bool):
+    """Run requests through an hf ``ContinuousDriver``: ``({index: generation}, stats)``.
 
-    prompts = [
-        [{"role": "user", "content": "hi " * k + "What is 2 + 2?"}] for k in (1, 9, 3, 20, 5)
-    ]
-    params = [
-        SamplingParams(temperature=0.0, max_tokens=m, stop=("zzz",)) for m in (3, 9, 1, 6, 12)
-    ]
-    params = [dataclasses.replace(p, seed=k) for k, p in enumerate(params)]
-    expected = [tiny_policy.generate([p], sp)[0][0] for p, sp in zip(prompts, params, strict=True)]
+    ``one_by_one`` submits each request on its own (they join a running batch), else all in
+    one submission.
+    """
+    from marti_trainer.policies.hf_continuous import ContinuousDriver
+    from marti_trainer.rollout.backends import Request
 
     done: dict[int, Generation] = {}
     finished = threading.Event()
@@ -415,14 +411,32 @@ def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
         if len(done) == len(prompts):
             finished.set()
 
-    driver = ContinuousDriver(tiny_policy, on_done, max_rows=2)  # rows join and leave
+    requests = [Request(tuple(p), sp, None, tag=k) for k, (p, sp) in
+                enumerate(zip(prompts, params, strict=True))]  # fmt: skip
+    driver = ContinuousDriver(policy, on_done, max_rows=max_rows)
     try:
-        for k, (p, sp) in enumerate(zip(prompts, params, strict=True)):
-            driver.submit([Request(tuple(p), sp, None, tag=k)])
+        for group in [[r] for r in requests] if one_by_one else [requests]:
+            driver.submit(group)
         assert finished.wait(120)
     finally:
         driver.close()
-    assert driver.stats["prefills"] >= 3  # admitted in several waves
+    return done, driver.stats
+
+
+def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
+    from marti_trainer.policies.hf_continuous import hf_generate_each
+
+    prompts = [
+        [{"role": "user", "content": "hi " * k + "What is 2 + 2?"}] for k in (1, 9, 3, 20, 5)
+    ]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=m, stop=("zzz",)) for m in (3, 9, 1, 6, 12)
+    ]
+    params = [dataclasses.replace(p, seed=k) for k, p in enumerate(params)]
+    expected = [tiny_policy.generate([p], sp)[0][0] for p, sp in zip(prompts, params, strict=True)]
+
+    done, stats = run_continuous(tiny_policy, prompts, params, max_rows=2, one_by_one=True)
+    assert stats["prefills"] >= 3  # rows join and leave: admitted in several waves
     static = hf_generate_each(tiny_policy, prompts, params)
     for k, want in enumerate(expected):
         for got in (done[k], static[k]):
@@ -437,8 +451,7 @@ def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
 def test_hf_repeated_prompts_are_prefilled_once_and_sample_as_if_alone(tiny_policy):
     """A group's episodes send the same prompt: one prefill serves them all, and every row
     still samples from its own seeded stream, as it would alone."""
-    from marti_trainer.policies.hf_continuous import ContinuousDriver, hf_generate_each
-    from marti_trainer.rollout.backends import Request
+    from marti_trainer.policies.hf_continuous import hf_generate_each
 
     a = [{"role": "user", "content": "What is 2 + 2?"}]
     b = [{"role": "user", "content": "hi hi What is 3 + 5?"}]
@@ -447,23 +460,8 @@ def test_hf_repeated_prompts_are_prefilled_once_and_sample_as_if_alone(tiny_poli
     alone = [tiny_policy.generate([p], sp)[0][0] for p, sp in zip(prompts, params, strict=True)]
     assert len({tuple(g.token_ids) for g in alone}) > 2  # the seeds give different samples
     static = hf_generate_each(tiny_policy, prompts, params)
-    done: dict[int, Generation] = {}
-    finished = threading.Event()
-
-    def on_done(request, gen, exc):
-        assert exc is None, exc
-        done[request.tag] = gen
-        if len(done) == len(prompts):
-            finished.set()
-
-    driver = ContinuousDriver(tiny_policy, on_done, max_rows=8)
-    try:
-        driver.submit([Request(tuple(p), sp, None, tag=k) for k, (p, sp) in
-                       enumerate(zip(prompts, params, strict=True))])  # fmt: skip
-        assert finished.wait(120)
-    finally:
-        driver.close()
-    assert (driver.stats["prefill_rows"], driver.stats["prefill_distinct"]) == (5, 2)
+    done, stats = run_continuous(tiny_policy, prompts, params, max_rows=8, one_by_one=False)
+    assert (stats["prefill_rows"], stats["prefill_distinct"]) == (5, 2)
     for k, want in enumerate(alone):
         for got in (static[k], done[k]):
             assert got.token_ids == want.token_ids
