@@ -20,6 +20,7 @@ adapters are saved and re-registered with ``add_adapter``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -223,7 +224,7 @@ def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> t
     ctx = (
         torch.autocast(next(model.parameters()).device.type, torch.bfloat16)
         if cfg.optim.precision == "bf16"
-        else _null()
+        else contextlib.nullcontext()
     )
     with ctx:
         return score_batch(
@@ -233,14 +234,6 @@ def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> t
             cfg.rollout.temperature,
             cfg.optim.share_prompts,
         )
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: bool) -> Team:
