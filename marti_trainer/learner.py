@@ -43,6 +43,7 @@ from marti_trainer.algorithms import (
     policy_loss,
 )
 from marti_trainer.config import AlgorithmConfig
+from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
 
 __all__ = ["LossFn", "TrainBatch", "collate", "make_loss_fn", "sample_advantages", "score_batch"]
 
@@ -319,9 +320,8 @@ def _shared_prompt_logits(
         logits_to_keep=1,
         use_cache=True,
     )
-    # The argument is `cache` in newer transformers (5.24), `past_key_values` before (5.19).
-    name = "cache" if "cache" in head else "past_key_values"
-    if head.get(name) is None:
+    prompt_cache = output_cache(head)
+    if prompt_cache is None:
         raise RuntimeError(
             "share_prompts needs the model to return its key/value cache, and this one returned "
             "none (gradient checkpointing turns the cache off): set optim.share_prompts=false"
@@ -329,14 +329,14 @@ def _shared_prompt_logits(
     onehot = torch.nn.functional.one_hot(inverse, len(first))
     cache = DynamicCache(
         [(_repeat_rows(layer.keys, onehot), _repeat_rows(layer.values, onehot))
-         for layer in head[name].layers]
+         for layer in cache_layers(prompt_cache)]
     )  # fmt: skip
     tail = model(
         input_ids=batch.input_ids[:, p:],
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids[:, p:],
         use_cache=True,
-        **{name: cache},
+        **cache_kwargs(cache),
     )
     return torch.cat([_repeat_rows(head.logits, onehot), tail.logits[:, :-1, :]], dim=1)
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import inspect
 import secrets
 import warnings
 from array import array
@@ -45,6 +44,7 @@ from typing import Any, Literal
 
 import torch
 
+from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
 from marti_trainer.policies.base import (
     Generation,
     Message,
@@ -191,9 +191,6 @@ class HFPolicy(Policy):
         )
         self._eos_ids = self._collect_eos_ids()
         self._pad_id = self._pick_pad_id()
-        forward_params = inspect.signature(self._model.forward).parameters
-        # transformers 5.x renamed `past_key_values` to `cache` (the old name is deprecated).
-        self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
         self._peft: Any = None  # peft.PeftModel once an adapter is added
         self._closed = False
 
@@ -366,9 +363,9 @@ class HFPolicy(Policy):
                 attention_mask=mask,
                 position_ids=positions,
                 use_cache=True,
-                **{self._cache_kw: cache},
+                **cache_kwargs(cache),
             )
-            cache = _output_cache(out)
+            cache = output_cache(out)
             logits = out.logits[:, -1, :]
 
     def _sample(
@@ -541,22 +538,6 @@ class HFPolicy(Policy):
         return 0
 
 
-def _output_cache(out: Any) -> Any:
-    """The KV cache of a model output (``cache`` in transformers 5, ``past_key_values`` in 4)."""
-    cache = out.get("cache")
-    return out.get("past_key_values") if cache is None else cache
-
-
-def _cache_layers(cache: Any) -> list[Any]:
-    layers = getattr(cache, "layers", None)
-    if layers is None or not all(hasattr(layer, "keys") for layer in layers):
-        raise RuntimeError(
-            "the hf backend needs a transformers DynamicCache with .layers[i].keys/.values "
-            f"(transformers >= 4.56); got {type(cache).__name__}"
-        )
-    return list(layers)
-
-
 def _prefill(
     model: Any, prompts: Sequence[Sequence[int]], pad_id: int
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -586,10 +567,10 @@ def _prefill(
         use_cache=True,
         logits_to_keep=1,
     )
-    cache, logits, positions = _output_cache(out), out.logits[:, -1, :], positions[:, -1:]
+    cache, logits, positions = output_cache(out), out.logits[:, -1, :], positions[:, -1:]
     if len(distinct) < len(prompts):
         rows = torch.tensor(inverse, dtype=torch.long, device=device)
-        for layer in _cache_layers(cache):
+        for layer in cache_layers(cache):
             layer.keys = layer.keys.index_select(0, rows)
             layer.values = layer.values.index_select(0, rows)
         mask, positions, logits = (t.index_select(0, rows) for t in (mask, positions, logits))

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
 from marti_trainer.policies.base import (
     Generation,
     Message,
@@ -52,7 +53,7 @@ from marti_trainer.policies.base import (
     tokenize_prompts,
     validate_prompts,
 )
-from marti_trainer.policies.hf import HFPolicy, _cache_layers, _output_cache, _prefill, _Row
+from marti_trainer.policies.hf import HFPolicy, _prefill, _Row
 from marti_trainer.rollout.backends import DoneCallback, Request, WorkerDriver
 
 __all__ = ["ContinuousDriver", "hf_generate_each"]
@@ -195,7 +196,7 @@ class _Batch:
         self.mask = self.mask.index_select(0, index)
         self.positions = self.positions.index_select(0, index)
         lead = int(self.mask.any(dim=0).int().argmax())  # first column some row uses
-        for layer in _cache_layers(self.cache):
+        for layer in cache_layers(self.cache):
             layer.keys = layer.keys.index_select(0, index)[:, :, lead:]
             layer.values = layer.values.index_select(0, index)[:, :, lead:]
         self.mask = self.mask[:, lead:]
@@ -208,7 +209,7 @@ class _Batch:
             self.key = other.key
             return
         length = max(self.mask.shape[1], other.mask.shape[1])
-        for mine, theirs in zip(_cache_layers(self.cache), _cache_layers(other.cache), strict=True):
+        for mine, theirs in zip(cache_layers(self.cache), cache_layers(other.cache), strict=True):
             mine.keys = torch.cat(
                 [_left_pad(mine.keys, length, 2), _left_pad(theirs.keys, length, 2)]
             )
@@ -365,9 +366,9 @@ class ContinuousDriver(WorkerDriver):
                 attention_mask=batch.mask,
                 position_ids=batch.positions,
                 use_cache=True,
-                **{policy._cache_kw: batch.cache},
+                **cache_kwargs(batch.cache),
             )
-        batch.cache = _output_cache(out)
+        batch.cache = output_cache(out)
         self.stats["steps"] += 1
         self.stats["row_steps"] += len(batch)
         self.stats["step_s"] += time.perf_counter() - t0
