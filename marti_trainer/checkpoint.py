@@ -18,6 +18,7 @@ import random
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,15 @@ import numpy as np
 import torch
 import yaml
 
-__all__ = ["find_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
+__all__ = [
+    "TrainedUnit",
+    "find_checkpoint",
+    "load_checkpoint",
+    "load_trained_unit",
+    "rng_state",
+    "save_checkpoint",
+    "set_rng_state",
+]
 
 _NAME = re.compile(r"^step_(\d{6,})$")
 
@@ -116,3 +125,55 @@ def load_checkpoint(checkpoint: str | Path) -> tuple[dict[str, dict[str, torch.T
     weights = {p.stem: load_file(str(p)) for p in sorted(checkpoint.glob("*.safetensors"))}
     state = torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
     return weights, state
+
+
+@dataclass
+class TrainedUnit:
+    """The trained weights of one unit of a checkpoint, for evaluation.
+
+    Attributes:
+        checkpoint: The checkpoint directory (``.../checkpoints/step_N``).
+        unit: The unit's name (``policy`` for a shared model, the agent's name per agent).
+        model: The base model of the run (``model.name`` of its config).
+        tensors: The unit's trained tensors, by their plain Hugging Face names.
+    """
+
+    checkpoint: Path
+    unit: str
+    model: str
+    tensors: dict[str, torch.Tensor]
+
+
+def load_trained_unit(path: str | Path, unit: str | None = None) -> TrainedUnit:
+    """The full-model weights of one unit of a run's newest checkpoint (or of ``path`` itself).
+
+    Args:
+        path: A run directory or a checkpoint directory.
+        unit: The unit to load; None picks the only one (a run with ``model.sharing:
+            per_agent`` has one per agent, and then ``unit`` is required).
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``path``.
+        ValueError: ``unit`` is not in the checkpoint (the message lists those that are), it
+            is ambiguous, or the run trained LoRA adapters (``model.sharing: lora``): those
+            hold adapter tensors, not a model.
+    """
+    from safetensors.torch import load_file
+
+    checkpoint = find_checkpoint(path)
+    config = yaml.safe_load((checkpoint / "config.yaml").read_text())
+    model = config.get("model") or {}
+    if model.get("sharing") == "lora":
+        raise ValueError(
+            f"{checkpoint} was trained with model.sharing=lora: its units are LoRA adapters, "
+            "and evaluating adapters from a checkpoint is not supported"
+        )
+    units = sorted(p.stem for p in checkpoint.glob("*.safetensors"))
+    if unit is None:
+        if len(units) != 1:
+            raise ValueError(f"{checkpoint} holds units {units}: choose one")
+        unit = units[0]
+    if unit not in units:
+        raise ValueError(f"{checkpoint} has no unit {unit!r}; it holds {units}")
+    tensors = load_file(str(checkpoint / f"{unit}.safetensors"))
+    return TrainedUnit(checkpoint, unit, str(model.get("name", "")), tensors)

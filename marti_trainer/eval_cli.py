@@ -5,10 +5,15 @@ Examples::
     marti eval --env mad-v0 --data ../shared/data/gsm8k/test.jsonl --limit 200
     marti eval --env single-v0 --data arithmetic --limit 100 -k 8 --out runs/single.json
     marti eval --env majority-v0 --env-arg num_samples=8 --data gsm8k/test --limit 50
+    marti eval --env mad-v0 --checkpoint runs/single-v0__135m_single_grpo__0__1764 -k 1 \\
+        --temperature 0 --max-tokens 32     # a trained model, on its run's held-out tasks
 
 ``--data`` is any task source spec (``marti_env.tasks.make_task_source``): a JSON/JSONL
 path, a benchmark name (``gsm8k/test``, ``math500``...), ``hf:<name>``, or ``arithmetic``
-(the procedural generator's *test* split; ``--levels`` picks the levels). Heavy imports
+(the procedural generator's *test* split; ``--levels`` picks the levels). ``--checkpoint``
+evaluates the weights a ``marti train`` run saved (its newest checkpoint, or the one named),
+on the run's own held-out tasks (``env.eval_tasks``) unless ``--data`` says otherwise, in any
+env: e.g. a model trained alone, in a debate. Heavy imports
 (torch, transformers) happen only when the command runs.
 """
 
@@ -43,7 +48,20 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=("hf", "vllm", "openai", "simulated"),
         help="generation backend; 'simulated' is a fake model for dry runs (default hf)",
     )
-    p.add_argument("--data", default="arithmetic", help="task source (default: arithmetic test)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="evaluate a marti train run's trained weights: its directory (newest checkpoint) "
+        "or a checkpoint directory; the model is the run's (hf backend)",
+    )
+    p.add_argument(
+        "--unit", default=None, help="with --checkpoint: the trained unit (per-agent runs)"
+    )
+    p.add_argument(
+        "--data",
+        default=None,
+        help="task source (default: arithmetic test; with --checkpoint, the run's eval_tasks)",
+    )
     p.add_argument(
         "--limit",
         type=int,
@@ -92,7 +110,7 @@ def _env_args(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _tasks(data: str, limit: int | None, levels: str) -> list[Any]:
+def _tasks(data: Any, limit: int | None, levels: str) -> list[Any]:
     from marti_env.tasks import ArithmeticTasks, make_task_source
 
     if limit is not None and limit < 1:
@@ -107,7 +125,7 @@ def _tasks(data: str, limit: int | None, levels: str) -> list[Any]:
     return list(make_task_source(data, limit=limit))
 
 
-def _policy(args: argparse.Namespace) -> Any:
+def _policy(args: argparse.Namespace, trained: Any = None) -> Any:
     if args.backend == "simulated":
         from marti_trainer.policies.simulated import SimulatedPolicy
 
@@ -128,7 +146,33 @@ def _policy(args: argparse.Namespace) -> Any:
             "seed": args.seed,
             "device": resolve_device(args.device, "--device"),
         }
-    return make_policy(args.backend, args.model, **kwargs)
+    policy = make_policy(args.backend, args.model, **kwargs)
+    if trained is not None:
+        policy.load_weights(trained.tensors)
+    return policy
+
+
+def _trained(args: argparse.Namespace) -> Any:
+    """The checkpoint's unit (``args.model``/``args.data`` filled from its run), or None."""
+    if args.checkpoint is None:
+        if args.unit is not None:
+            raise ValueError("--unit needs --checkpoint")
+        return None
+    from marti_trainer.checkpoint import load_trained_unit
+    from marti_trainer.models import DEFAULT_MODEL
+
+    if args.backend != "hf":
+        raise ValueError(f"--checkpoint needs --backend hf, got --backend {args.backend}")
+    if args.model != DEFAULT_MODEL:
+        raise ValueError("give --checkpoint or --model, not both: a checkpoint names its model")
+    trained = load_trained_unit(args.checkpoint, args.unit)
+    args.model = trained.model
+    if args.data is None:
+        import yaml
+
+        config = yaml.safe_load((trained.checkpoint / "config.yaml").read_text())
+        args.data = config["env"]["eval_tasks"]
+    return trained
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -141,10 +185,13 @@ def run_eval(args: argparse.Namespace) -> int:
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
     )
-    tasks = _tasks(args.data, args.limit, args.levels)
+    trained = _trained(args)
+    tasks = _tasks(args.data or "arithmetic", args.limit, args.levels)
     env_kwargs = _env_args(args.env_arg)
     label = "simulated" if args.backend == "simulated" else str(args.model)
-    with _policy(args) as policy:
+    if trained is not None:
+        label = f"{trained.checkpoint.parent.parent.name}/{trained.checkpoint.name}/{trained.unit}"
+    with _policy(args, trained) as policy:
         result = evaluate(
             args.env,
             tasks,

@@ -116,6 +116,13 @@ def test_marti_eval_command(tmp_path, capsys):
     assert len(transcripts.read_text().splitlines()) == 6
     assert main(["eval", "--env", "mad-v0", "--backend", "simulated", "--env-arg", "x"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+    sim = ["eval", "--env", "mad-v0", "--backend", "simulated"]
+    assert main([*sim, "--unit", "debater_0"]) == 2
+    assert "--unit needs --checkpoint" in capsys.readouterr().err
+    assert main([*sim, "--checkpoint", str(tmp_path)]) == 2
+    assert "--checkpoint needs --backend hf" in capsys.readouterr().err
+    assert main(["eval", "--env", "mad-v0", "--checkpoint", str(tmp_path)]) == 2
+    assert f"no checkpoint under {tmp_path}" in capsys.readouterr().err
 
 
 def test_marti_eval_reads_a_data_file(tmp_path, capsys):

@@ -260,3 +260,57 @@ def test_training_runs_on_the_configured_device(tiny_dir, tmp_path, device, dtyp
     assert all(h["optim/policy/grad_norm"] > 0 for h in result.history)
     assert all(h["losses/policy/kl_ref"] >= 0 for h in result.history)
     assert result.history[-1]["losses/policy/kl_ref"] > 0  # the policy moved off the reference
+
+
+def test_eval_cli_evaluates_a_runs_checkpoint_in_another_env(tiny_dir, tmp_path):
+    """`marti eval --checkpoint` generates with the trained weights (checked against HF's own
+    greedy decoding of the checkpoint), on the run's held-out tasks, in any env."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from marti_trainer.cli import main
+
+    cfg = tiny_config(tiny_dir, tmp_path, total_steps=2, run_name="r", optim__lr=1e-2)
+    run = train(cfg).run_dir
+    common = ["eval", "--env", "single-v0", "-k", "1", "--temperature", "0", "--max-tokens", "6",
+              "--dtype", "float32", "--mode", "sync", "--no-progress"]  # fmt: skip
+    trained, base = tmp_path / "trained.jsonl", tmp_path / "base.jsonl"
+    assert main([*common, "--checkpoint", str(run), "--transcripts", str(trained)]) == 0
+    data = ["--data", "arithmetic", "--levels", "1", "--limit", "3"]
+    assert main([*common, "--model", str(tiny_dir), *data, "--transcripts", str(base)]) == 0
+    records = [json.loads(line) for line in trained.read_text().splitlines()]
+    assert len(records) == 3  # the run's eval_tasks: 3 held-out level-1 problems
+    assert [r["task"] for r in records] == [
+        json.loads(line)["task"] for line in base.read_text().splitlines()
+    ]
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    weights = load_file(run / "checkpoints" / "step_000002" / "policy.safetensors")
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}  # tied to the embeddings
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    ids = tokenizer.apply_chat_template(
+        records[0]["turns"][0]["messages"], add_generation_prompt=True, return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]  # fmt: skip
+    out = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    want = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert records[0]["turns"][0]["response"] == want
+    assert [r["turns"][0]["response"] for r in records] != [
+        json.loads(line)["turns"][0]["response"] for line in base.read_text().splitlines()
+    ]  # the base model answers otherwise: the trained weights were used
+
+
+def test_load_trained_unit_names_the_units_and_refuses_adapters(tiny_dir, tmp_path):
+    from marti_trainer.checkpoint import load_trained_unit
+
+    run = train(tiny_config(tiny_dir, tmp_path, total_steps=1, model__sharing="per_agent")).run_dir
+    with pytest.raises(ValueError, match=r"holds units \['debater_0', 'debater_1'\]"):
+        load_trained_unit(run)
+    with pytest.raises(ValueError, match="no unit 'policy'"):
+        load_trained_unit(run, "policy")
+    unit = load_trained_unit(run, "debater_1")
+    assert unit.unit == "debater_1" and unit.model == str(tiny_dir) and unit.tensors
+    lora = tiny_config(tiny_dir, tmp_path / "lora", total_steps=1, model__sharing="lora")
+    with pytest.raises(ValueError, match="sharing=lora"):
+        load_trained_unit(train(lora).run_dir)
