@@ -393,6 +393,39 @@ def test_hf_sync_static_and_async_continuous_give_the_same_episodes(tiny_policy,
     assert [e.final_answer for e in ref.episodes] == [e.final_answer for e in cont.episodes]
 
 
+def test_sync_rounds_larger_than_the_slots_go_to_a_continuous_driver_whole(
+    tiny_policy, arithmetic_tasks, monkeypatch
+):
+    """In sync mode a continuous driver gets each round in one submission and admits the
+    requests that wait for a row itself, as rows finish: the decode batches depend on token
+    counts alone, so two runs decode identical batches (what makes bf16 runs repeat)."""
+    from marti_trainer.policies.hf_continuous import ContinuousDriver
+
+    submissions: list[int] = []
+    submit = ContinuousDriver.submit
+    monkeypatch.setattr(
+        ContinuousDriver, "submit", lambda self, rs: (submissions.append(len(rs)), submit(self, rs))
+    )
+    sampling = SamplingParams(temperature=1.0, max_tokens=12)
+    kw = {"env_kwargs": {"num_agents": 2}, "progress": False, "driver": "continuous"}
+    runs = [
+        rollout("mad-v0", arithmetic_tasks, 3, tiny_policy, sampling, mode="sync",
+                max_concurrency=4, **kw)
+        for _ in range(2)
+    ]  # fmt: skip
+    assert submissions == [12, 12] * 2  # 2 tasks x 3 episodes x 2 debaters, per round
+    stats = [r.stats.drivers["policy"] for r in runs]
+    assert stats[0]["prefills"] > 2  # waiting requests were admitted in several waves
+    keys = ("steps", "row_steps", "prefills", "prefill_rows", "prefill_distinct")
+    assert [stats[0][k] for k in keys] == [stats[1][k] for k in keys]
+    assert [s.response_token_ids for s in runs[0].samples] == [
+        s.response_token_ids for s in runs[1].samples
+    ]
+    rollout("mad-v0", arithmetic_tasks, 3, tiny_policy, sampling, mode="async",
+            max_concurrency=4, **kw)  # fmt: skip
+    assert len(submissions) > 4 + 2  # async hands requests over as slots free
+
+
 def run_continuous(policy, prompts, params, max_rows: int, one_by_one: bool):
     """Run requests through an hf ``ContinuousDriver``: ``({index: generation}, stats)``.
 

@@ -38,8 +38,9 @@ class VLLMContinuousDriver(WorkerDriver):
     Args:
         policy: The vLLM policy; nothing else may use it while the driver runs.
         on_done: Called from the worker thread for every finished or failed request.
-        max_rows: Accepted for the driver interface; the rollout engine already bounds the
-            requests in flight and vLLM's scheduler its own batch (``max_num_seqs``).
+        max_rows: Requests in the vLLM engine at most; the others wait here, in arrival
+            order, and are added as requests finish (between engine steps). vLLM's
+            scheduler bounds its own batch below that (``max_num_seqs``).
 
     Attributes:
         stats: ``steps`` (engine steps), ``added`` (requests added to the engine).
@@ -76,8 +77,8 @@ class VLLMContinuousDriver(WorkerDriver):
                     self._cond.wait()
                 if self._closed:
                     return
-                new = list(self._pending)
-                self._pending.clear()
+                free = max(0, self.max_rows - len(self._running))
+                new = [self._pending.popleft() for _ in range(min(free, len(self._pending)))]
             for request in new:
                 self._add(request)
             if self._running:

@@ -38,10 +38,13 @@ scheduling order cannot change what is sampled. The one caveat is floating point
 backend whose numerics depend on batch composition (the ``hf`` backend in bf16 flips a token
 in most long samples when the batch changes; fp32 is stable in practice) gives the same
 episodes only up to those flips. With a continuous driver the batch a request joins depends
-on when it arrives, so in bf16 two runs with the same seed can differ: a request that waited
-for a free slot joins whichever decode step is running when it is handed over. A sync
-rollout repeats exactly when every round fits in ``max_concurrency``: each round (round 0
-after all episodes are reset) goes to the driver in one submission.
+on when it arrives: handed over as a slot frees, it would join whichever decode step is
+running at that moment. So in sync mode, when every driver is ``continuous``, each round
+(round 0 after all episodes are reset) goes to the drivers in one submission, whatever its
+size, and each driver decodes at most ``max_concurrency`` rows at a time (the bound is then
+per driver) and admits its waiting requests itself as rows finish, at decode steps fixed by
+token counts alone: the batches, and so the bf16 numbers, repeat run to run. An async
+rollout hands requests over as slots free, so in bf16 it repeats only up to those flips.
 
 Each running episode holds one env instance: the first is built with
 ``marti_env.make(env_id, **env_kwargs)``, the others are shallow copies of it (``reset``
@@ -174,7 +177,9 @@ def rollout(
         mode: ``"sync"`` (a barrier per round across the batch) or ``"async"`` (each
             episode advances on its own); see the module docstring.
         max_concurrency: Requests in flight at most, over all policies (>= 1). Also the
-            size of thread pools and of the continuous HF batch.
+            size of thread pools and of the continuous HF batch. In sync mode with
+            continuous drivers it bounds each driver's decode batch instead, and a driver
+            holds the rest of a round itself (see "Both modes" above).
         seed: Root seed; see :mod:`marti_trainer.rollout.seeds`.
         env_kwargs: Overrides for ``marti_env.make`` (e.g. ``{"num_agents": 2}``);
             ``tasks`` defaults to the given tasks.
@@ -487,10 +492,14 @@ class _Runner:
             self._step(episode)
 
     def _dispatch(self) -> None:
-        """Hand queued requests to their drivers, up to the concurrency limit."""
+        """Hand queued requests to their drivers, up to the concurrency limit (in sync mode
+        with continuous drivers, all of them: see "Both modes" in the module docstring)."""
         by_driver: dict[int, list[Request]] = {}
         now = time.perf_counter()
-        while self.ready and len(self.inflight) < self.limit:
+        limit = self.limit
+        if self.mode == "sync" and all(d.kind == "continuous" for d in self.drivers.values()):
+            limit = len(self.inflight) + len(self.ready)
+        while self.ready and len(self.inflight) < limit:
             _, _, request = heapq.heappop(self.ready)
             request.submitted_at = now
             self.inflight[id(request)] = request
