@@ -256,6 +256,21 @@ def test_continuous_driver_matches_generate_and_leaves_the_engine_free(policy):
     assert driver.stats["added"] == 4
 
 
+def test_continuous_driver_keeps_at_most_max_rows_in_the_engine(policy):
+    """Requests beyond ``max_rows`` wait in the driver and go in as others finish (a sync
+    rollout hands a continuous driver its whole round)."""
+    from marti_env.tasks import ArithmeticTasks
+    from marti_trainer.rollout import rollout
+
+    tasks = list(ArithmeticTasks(levels=(1,), size=3))
+    batch = rollout(
+        "mad-v0", tasks, 2, policy, SamplingParams(max_tokens=6), mode="sync", seed=3,
+        progress=False, max_concurrency=4, driver="continuous",
+    )  # fmt: skip
+    stats = batch.stats.drivers["policy"]
+    assert stats["added"] == 3 * 2 * 6 and stats["peak_running"] == 4
+
+
 def assert_sync_and_async_rollouts_agree(policy) -> None:
     """Per-request seeds make episodes schedule-independent: sync == async on ``policy``."""
     from marti_env.tasks import ArithmeticTasks

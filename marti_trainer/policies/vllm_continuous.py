@@ -43,7 +43,8 @@ class VLLMContinuousDriver(WorkerDriver):
             scheduler bounds its own batch below that (``max_num_seqs``).
 
     Attributes:
-        stats: ``steps`` (engine steps), ``added`` (requests added to the engine).
+        stats: ``steps`` (engine steps), ``added`` (requests added to the engine) and
+            ``peak_running`` (most requests in the engine at once, at most ``max_rows``).
     """
 
     kind = "continuous"
@@ -52,7 +53,7 @@ class VLLMContinuousDriver(WorkerDriver):
     def __init__(self, policy: VLLMPolicy, on_done: DoneCallback, max_rows: int) -> None:
         super().__init__(policy, on_done)
         self.max_rows = max_rows
-        self.stats: dict[str, int] = {"steps": 0, "added": 0}
+        self.stats: dict[str, int] = {"steps": 0, "added": 0, "peak_running": 0}
         self._vllm = policy
         self._engine = policy.llm.llm_engine
         self._ids = (f"marti-rollout-{k}" for k in itertools.count())
@@ -81,6 +82,7 @@ class VLLMContinuousDriver(WorkerDriver):
                 new = [self._pending.popleft() for _ in range(min(free, len(self._pending)))]
             for request in new:
                 self._add(request)
+            self.stats["peak_running"] = max(self.stats["peak_running"], len(self._running))
             if self._running:
                 outputs = self._engine.step()
                 self.stats["steps"] += 1
