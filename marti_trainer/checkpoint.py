@@ -20,11 +20,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import yaml
+
+if TYPE_CHECKING:
+    from marti_trainer.config import TrainConfig
 
 __all__ = [
     "TrainedUnit",
@@ -134,13 +137,14 @@ class TrainedUnit:
     Attributes:
         checkpoint: The checkpoint directory (``.../checkpoints/step_N``).
         unit: The unit's name (``policy`` for a shared model, the agent's name per agent).
-        model: The base model of the run (``model.name`` of its config).
+        config: The run's config (its ``config.yaml``); ``config.model.name`` is the base
+            model, ``config.env.eval_tasks`` its held-out tasks.
         tensors: The unit's trained tensors, by their plain Hugging Face names.
     """
 
     checkpoint: Path
     unit: str
-    model: str
+    config: TrainConfig
     tensors: dict[str, torch.Tensor]
 
 
@@ -160,10 +164,11 @@ def load_trained_unit(path: str | Path, unit: str | None = None) -> TrainedUnit:
     """
     from safetensors.torch import load_file
 
+    from marti_trainer.config import load_config
+
     checkpoint = find_checkpoint(path)
-    config = yaml.safe_load((checkpoint / "config.yaml").read_text())
-    model = config.get("model") or {}
-    if model.get("sharing") == "lora":
+    config = load_config(checkpoint / "config.yaml")
+    if config.model.sharing == "lora":
         raise ValueError(
             f"{checkpoint} was trained with model.sharing=lora: its units are LoRA adapters, "
             "and evaluating adapters from a checkpoint is not supported"
@@ -176,4 +181,4 @@ def load_trained_unit(path: str | Path, unit: str | None = None) -> TrainedUnit:
     if unit not in units:
         raise ValueError(f"{checkpoint} has no unit {unit!r}; it holds {units}")
     tensors = load_file(str(checkpoint / f"{unit}.safetensors"))
-    return TrainedUnit(checkpoint, unit, str(model.get("name", "")), tensors)
+    return TrainedUnit(checkpoint, unit, config, tensors)

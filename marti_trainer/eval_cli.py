@@ -166,12 +166,9 @@ def _trained(args: argparse.Namespace) -> Any:
     if args.model != DEFAULT_MODEL:
         raise ValueError("give --checkpoint or --model, not both: a checkpoint names its model")
     trained = load_trained_unit(args.checkpoint, args.unit)
-    args.model = trained.model
+    args.model = trained.config.model.name
     if args.data is None:
-        import yaml
-
-        config = yaml.safe_load((trained.checkpoint / "config.yaml").read_text())
-        args.data = config["env"]["eval_tasks"]
+        args.data = trained.config.env.eval_tasks
     return trained
 
 

@@ -310,7 +310,7 @@ def test_load_trained_unit_names_the_units_and_refuses_adapters(tiny_dir, tmp_pa
     with pytest.raises(ValueError, match="no unit 'policy'"):
         load_trained_unit(run, "policy")
     unit = load_trained_unit(run, "debater_1")
-    assert unit.unit == "debater_1" and unit.model == str(tiny_dir) and unit.tensors
+    assert unit.unit == "debater_1" and unit.config.model.name == str(tiny_dir) and unit.tensors
     lora = tiny_config(tiny_dir, tmp_path / "lora", total_steps=1, model__sharing="lora")
     with pytest.raises(ValueError, match="sharing=lora"):
         load_trained_unit(train(lora).run_dir)
