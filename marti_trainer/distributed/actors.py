@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 __all__ = ["RolloutWorker", "TrainerActor", "WeightUpdate"]
 
 
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 @dataclasses.dataclass
 class WeightUpdate:
     """New weights for a rollout model: full tensors, or one LoRA adapter's saved files.
@@ -96,6 +102,10 @@ class TrainerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The hex id of the Ray node this actor runs on (only inside a Ray actor)."""
+        return _node_id()
 
     def max_context_tokens(self, key: str) -> int:
         return int(self.units[key].policy.max_context_tokens)
@@ -205,6 +215,10 @@ class RolloutWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The hex id of the Ray node this actor runs on (only inside a Ray actor)."""
+        return _node_id()
 
     def max_context_tokens(self, key: str) -> int:
         return int(self.policies[key].max_context_tokens)
