@@ -34,16 +34,23 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from marti_trainer.distributed import build_ray_team  # noqa: E402
 from marti_trainer.learner import make_loss_fn  # noqa: E402
 from marti_trainer.models import tiny_random_model  # noqa: E402
-from tests.test_ray import (  # noqa: E402
+from tests.test_ray import (  # noqa: E402, F401 (_one_thread: an autouse fixture)
     AGENTS,
     GREEDY,
     PROMPTS,
+    _one_thread,
     assert_same_metrics,
     local_policy,
     make_batch,
     make_cfg,
     texts,
 )
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tiny_random_model(tmp_path_factory.mktemp("tiny-ray-2n") / "m0", seed=0)
+
 
 # A whole CPU per actor on 1-CPU nodes, one bundle per node.
 SPREAD = {"placement": "STRICT_SPREAD", "trainer_cpus": 1, "rollout_cpus": 1}
@@ -66,20 +73,6 @@ def two_nodes():
     finally:
         ray.shutdown()
         cluster.shutdown()  # also removes the address file ray.init() would otherwise join
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread here too (the actors get one each): equal sums, no oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return tiny_random_model(tmp_path_factory.mktemp("tiny-ray-2n") / "m0", seed=0)
 
 
 @pytest.mark.slow
