@@ -325,3 +325,35 @@ def test_overlong_penalty_enters_the_rewards_before_the_group_statistics():
     cfg = AlgorithmConfig(advantage="dr_grpo", overlong_penalty=0.5, overlong_buffer=8)
     on = sample_advantages(samples, None, cfg, 32)
     assert torch.allclose(on, torch.tensor([0.25, -0.25]))  # rewards 1 and 0.5, mean 0.75
+
+
+def test_group_by_role_pools_the_debaters_of_a_round_under_one_baseline():
+    from types import SimpleNamespace
+
+    from marti_trainer.config import AlgorithmConfig
+    from marti_trainer.learner import advantage_group_keys, sample_advantages
+
+    def sample(agent, turn, rnd, reward):
+        return SimpleNamespace(
+            task_id="t", agent=agent, role="debater", round=rnd, reward=reward,
+            response_token_ids=[0] * 4, group_key=("t", agent, turn),
+        )  # fmt: skip
+
+    # Round 0: debater_0 right once in two tries, debater_1 wrong twice.
+    samples = [sample("debater_0", 0, 0, 1.0), sample("debater_0", 0, 0, 0.0),
+               sample("debater_1", 1, 0, 0.0), sample("debater_1", 1, 0, 0.0)]  # fmt: skip
+    assert advantage_group_keys(samples, "role") == [("t", "debater", 0)] * 4
+    # Per agent: debater_0's group [1, 0] -> mean 0.5, unbiased std sqrt(0.5): +-1/sqrt(2);
+    # debater_1's [0, 0] has no spread -> 0.
+    by_agent = sample_advantages(samples, None, AlgorithmConfig(advantage="grpo"), 32)
+    h = 0.5**0.5
+    assert torch.allclose(by_agent, torch.tensor([h, -h, 0.0, 0.0]), atol=1e-5)
+    # Pooled: [1, 0, 0, 0] -> mean 0.25, unbiased std sqrt(0.25) = 0.5: 1.5 and -0.5 each.
+    cfg = AlgorithmConfig(advantage="grpo", group_by="role")
+    pooled = sample_advantages(samples, None, cfg, 32)
+    assert torch.allclose(pooled, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)
+    # Rounds stay apart: a round-1 sample is its own (flat) group.
+    later = [*samples, sample("debater_0", 2, 1, 1.0)]
+    assert sample_advantages(later, None, cfg, 32)[-1] == 0.0
+    with pytest.raises(ValueError, match="group_by"):
+        advantage_group_keys(samples, "team")

@@ -95,6 +95,8 @@ def test_bad_values_are_rejected(override, match):
         ),
         (["model.gradient_checkpointing=true"], "set optim.share_prompts=false"),
         (["model.device=gpu"], "model.device must be auto, cpu, cuda or cuda:N"),
+        (["algorithm.group_by=role", "model.sharing=lora"], "set model.sharing=shared"),
+        (["algorithm.group_by=role", "model.sharing=per_agent"], "it is 'per_agent'"),
     ],
 )
 def test_incompatible_combinations_are_rejected(overrides, match):
