@@ -40,7 +40,13 @@ from marti_trainer.checkpoint import (
 )
 from marti_trainer.config import TrainConfig
 from marti_trainer.evaluate import summarize as summarize_eval
-from marti_trainer.learner import collate, make_loss_fn, sample_advantages, set_norm
+from marti_trainer.learner import (
+    advantage_group_keys,
+    collate,
+    make_loss_fn,
+    sample_advantages,
+    set_norm,
+)
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.policies import SamplingParams
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
@@ -82,8 +88,10 @@ class TaskSampler:
         self._order = self._permutation()
 
 
-def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """Reward, verifier score, boxed rate and length per agent; team outcome; signal."""
+def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, float]:
+    """Reward, verifier score, boxed rate and length per agent; team outcome; signal
+    (``zero_spread_groups``: the share of advantage groups under ``group_by`` whose rewards
+    are all equal)."""
     out: dict[str, float] = {"rollout/outcome": float(np.mean([e.outcome for e in batch.episodes]))}
     by_agent: dict[str, list] = defaultdict(list)
     for s in batch.samples:
@@ -95,8 +103,10 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
             np.mean([s.num_response_tokens for s in samples])
         )
         out[f"rollout/{agent}/truncated"] = float(np.mean([s.truncated for s in samples]))
-    groups = batch.groups().values()
-    flat = [len({s.reward for s in g}) == 1 for g in groups]
+    groups: dict[tuple, set[float]] = defaultdict(set)
+    for key, s in zip(advantage_group_keys(batch.samples, group_by), batch.samples, strict=True):
+        groups[key].add(s.reward)
+    flat = [len(rewards) == 1 for rewards in groups.values()]
     out["rollout/zero_spread_groups"] = float(np.mean(flat)) if flat else 0.0
     boxed = [bool(t.answer) for e in batch.episodes for t in e.turns]
     out["rollout/boxed_rate"] = float(np.mean(boxed))
@@ -285,7 +295,7 @@ def train(
             seed=derive_seed(cfg.seed, step), env_kwargs=env_kwargs, progress=False,
             max_concurrency=cfg.rollout.batch_size, transcript_path=transcripts,
         )  # fmt: skip
-        metrics = rollout_metrics(batch)
+        metrics = rollout_metrics(batch, cfg.algorithm.group_by)
         t1, c1 = time.perf_counter(), time.process_time()
         for unit in team.units:
             samples = [s for s in batch.samples if s.agent in unit.agents]

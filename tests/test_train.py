@@ -79,6 +79,27 @@ def test_task_sampler_is_seeded_and_resumable():
     assert [t.id for t in TaskSampler(source, seed=3).draw(5)] == first
 
 
+def test_zero_spread_groups_follow_the_advantage_grouping():
+    from marti_trainer.train import rollout_metrics
+
+    def sample(agent, turn, reward):
+        return SimpleNamespace(
+            task_id="t", agent=agent, role="debater", round=0, reward=reward, score=reward,
+            response_token_ids=[0], num_response_tokens=1, truncated=False,
+            group_key=("t", agent, turn),
+        )  # fmt: skip
+
+    # debater_0 always right, debater_1 always wrong: flat per agent, a spread when pooled.
+    samples = [sample("debater_0", 0, 1.0)] * 2 + [sample("debater_1", 1, 0.0)] * 2
+    batch = SimpleNamespace(
+        samples=samples,
+        episodes=[SimpleNamespace(outcome=0.5, turns=[SimpleNamespace(answer="1")])],
+        stats=SimpleNamespace(tokens_per_s=1.0),
+    )
+    assert rollout_metrics(batch, "agent")["rollout/zero_spread_groups"] == 1.0
+    assert rollout_metrics(batch, "role")["rollout/zero_spread_groups"] == 0.0
+
+
 def test_run_writes_metrics_checkpoints_plots_and_summary(tiny_dir, tmp_path):
     cfg = tiny_config(
         tiny_dir, tmp_path, eval__at_end=True, log__plots=True, log__tensorboard=True,
