@@ -44,11 +44,11 @@ from marti_trainer.algorithms import (
 )
 from marti_trainer.config import AlgorithmConfig
 from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
+from marti_trainer.rollout.samples import group_key_of
 
 __all__ = [
     "LossFn",
     "TrainBatch",
-    "advantage_group_keys",
     "collate",
     "make_loss_fn",
     "sample_advantages",
@@ -230,7 +230,7 @@ def sample_advantages(
 ) -> Tensor:
     """Advantages of one agent's (or one model's) samples from their credited rewards.
 
-    Groups are :func:`advantage_group_keys` under ``cfg.group_by``. With
+    Groups are :func:`~marti_trainer.rollout.group_key_of` under ``cfg.group_by``. With
     ``cfg.overlong_penalty > 0`` each reward first gets that weight times DAPO's soft
     overlong penalty of its length against ``max_tokens`` (the rollout budget). REINFORCE++
     estimators get the per-token KL to the reference when ``cfg.kl_in_reward``.
@@ -242,8 +242,8 @@ def sample_advantages(
             lengths, max_tokens, cfg.overlong_buffer
         )
     name = cfg.advantage
+    groups = group_ids_from_keys([group_key_of(s, cfg.group_by) for s in samples])
     if name in ("grpo", "dr_grpo", "rloo"):
-        groups = group_ids_from_keys(advantage_group_keys(samples, cfg.group_by))
         return compute_advantages(name, rewards=rewards, group_ids=groups)
     token_kl = None
     if cfg.kl_in_reward and batch.ref_logprobs is not None:
@@ -251,19 +251,8 @@ def sample_advantages(
     kwargs = dict(rewards=rewards, mask=batch.response_mask, token_kl=token_kl, gamma=cfg.gamma)
     kwargs["kl_coef"] = cfg.kl_coef if token_kl is not None else 0.0
     if name == "reinforce_pp_baseline":
-        kwargs["group_ids"] = group_ids_from_keys(advantage_group_keys(samples, cfg.group_by))
+        kwargs["group_ids"] = groups
     return compute_advantages(name, **kwargs)
-
-
-def advantage_group_keys(samples: Sequence, group_by: str = "agent") -> list[tuple]:
-    """Each sample's advantage-group key: ``(task, agent, turn)`` (the sample's
-    ``group_key``) for ``"agent"``; ``(task, role, round)`` for ``"role"``, which pools the
-    agents of one role acting in the same round (see ``AlgorithmConfig.group_by``)."""
-    if group_by == "agent":
-        return [s.group_key for s in samples]
-    if group_by == "role":
-        return [(s.task_id, s.role, s.round) for s in samples]
-    raise ValueError(f"group_by must be 'agent' or 'role', got {group_by!r}")
 
 
 def set_norm(batch: TrainBatch, aggregation: str) -> TrainBatch:

@@ -40,13 +40,7 @@ from marti_trainer.checkpoint import (
 )
 from marti_trainer.config import TrainConfig
 from marti_trainer.evaluate import summarize as summarize_eval
-from marti_trainer.learner import (
-    advantage_group_keys,
-    collate,
-    make_loss_fn,
-    sample_advantages,
-    set_norm,
-)
+from marti_trainer.learner import collate, make_loss_fn, sample_advantages, set_norm
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.policies import SamplingParams
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
@@ -103,10 +97,8 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
             np.mean([s.num_response_tokens for s in samples])
         )
         out[f"rollout/{agent}/truncated"] = float(np.mean([s.truncated for s in samples]))
-    groups: dict[tuple, set[float]] = defaultdict(set)
-    for key, s in zip(advantage_group_keys(batch.samples, group_by), batch.samples, strict=True):
-        groups[key].add(s.reward)
-    flat = [len(rewards) == 1 for rewards in groups.values()]
+    groups = batch.groups(group_by).values()
+    flat = [len({s.reward for s in g}) == 1 for g in groups]
     out["rollout/zero_spread_groups"] = float(np.mean(flat)) if flat else 0.0
     boxed = [bool(t.answer) for e in batch.episodes for t in e.turns]
     out["rollout/boxed_rate"] = float(np.mean(boxed))

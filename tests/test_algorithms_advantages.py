@@ -331,7 +331,8 @@ def test_group_by_role_pools_the_debaters_of_a_round_under_one_baseline():
     from types import SimpleNamespace
 
     from marti_trainer.config import AlgorithmConfig
-    from marti_trainer.learner import advantage_group_keys, sample_advantages
+    from marti_trainer.learner import sample_advantages
+    from marti_trainer.rollout import group_key_of
 
     def sample(agent, turn, rnd, reward):
         return SimpleNamespace(
@@ -342,7 +343,7 @@ def test_group_by_role_pools_the_debaters_of_a_round_under_one_baseline():
     # Round 0: debater_0 right once in two tries, debater_1 wrong twice.
     samples = [sample("debater_0", 0, 0, 1.0), sample("debater_0", 0, 0, 0.0),
                sample("debater_1", 1, 0, 0.0), sample("debater_1", 1, 0, 0.0)]  # fmt: skip
-    assert advantage_group_keys(samples, "role") == [("t", "debater", 0)] * 4
+    assert [group_key_of(s, "role") for s in samples] == [("t", "debater", 0)] * 4
     # Per agent: debater_0's group [1, 0] -> mean 0.5, unbiased std sqrt(0.5): +-1/sqrt(2);
     # debater_1's [0, 0] has no spread -> 0.
     by_agent = sample_advantages(samples, None, AlgorithmConfig(advantage="grpo"), 32)
@@ -356,4 +357,4 @@ def test_group_by_role_pools_the_debaters_of_a_round_under_one_baseline():
     later = [*samples, sample("debater_0", 2, 1, 1.0)]
     assert sample_advantages(later, None, cfg, 32)[-1] == 0.0
     with pytest.raises(ValueError, match="group_by"):
-        advantage_group_keys(samples, "team")
+        group_key_of(samples[0], "team")

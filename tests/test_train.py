@@ -80,6 +80,7 @@ def test_task_sampler_is_seeded_and_resumable():
 
 
 def test_zero_spread_groups_follow_the_advantage_grouping():
+    from marti_trainer.rollout import RolloutBatch
     from marti_trainer.train import rollout_metrics
 
     def sample(agent, turn, reward):
@@ -91,7 +92,9 @@ def test_zero_spread_groups_follow_the_advantage_grouping():
 
     # debater_0 always right, debater_1 always wrong: flat per agent, a spread when pooled.
     samples = [sample("debater_0", 0, 1.0)] * 2 + [sample("debater_1", 1, 0.0)] * 2
-    batch = SimpleNamespace(
+    batch = RolloutBatch(
+        env_id="mad-v0",
+        n_samples=2,
         samples=samples,
         episodes=[SimpleNamespace(outcome=0.5, turns=[SimpleNamespace(answer="1")])],
         stats=SimpleNamespace(tokens_per_s=1.0),

@@ -10,11 +10,19 @@ package does not import torch.
 
 from marti_trainer.rollout.backends import DRIVER_KINDS, Request, generate_each, make_driver
 from marti_trainer.rollout.engine import PolicySpec, RolloutError, rollout
-from marti_trainer.rollout.samples import GroupKey, RolloutBatch, RolloutStats, Sample
+from marti_trainer.rollout.samples import (
+    GROUP_BY,
+    GroupKey,
+    RolloutBatch,
+    RolloutStats,
+    Sample,
+    group_key_of,
+)
 from marti_trainer.rollout.seeds import derive_seed, env_seed, request_seed
 
 __all__ = [
     "DRIVER_KINDS",
+    "GROUP_BY",
     "GroupKey",
     "PolicySpec",
     "Request",
@@ -25,6 +33,7 @@ __all__ = [
     "derive_seed",
     "env_seed",
     "generate_each",
+    "group_key_of",
     "make_driver",
     "request_seed",
     "rollout",

@@ -17,11 +17,26 @@ from typing import Any
 
 from marti_env.record import EpisodeRecord, write_jsonl
 
-__all__ = ["GroupKey", "RolloutBatch", "RolloutStats", "Sample"]
+__all__ = ["GROUP_BY", "GroupKey", "RolloutBatch", "RolloutStats", "Sample", "group_key_of"]
 
 GroupKey = tuple[str, str, int]
 """``(task_id, agent, turn_index)``: the samples of one group answered the same task, as the
-same agent, at the same position of the workflow; they differ only by sampling."""
+same agent, at the same position of the workflow; they differ only by sampling. Under
+``group_by="role"`` (:func:`group_key_of`) it is ``(task_id, role, round)``."""
+
+GROUP_BY = ("agent", "role")
+"""How samples are grouped for advantages (``AlgorithmConfig.group_by``)."""
+
+
+def group_key_of(sample: Any, group_by: str = "agent") -> GroupKey:
+    """The key of ``sample``'s advantage group: its ``group_key`` ``(task_id, agent,
+    turn_index)`` for ``"agent"``; ``(task_id, role, round)`` for ``"role"``, which pools
+    the agents of one role acting in the same round (MAD's debaters)."""
+    if group_by == "agent":
+        return sample.group_key
+    if group_by == "role":
+        return (sample.task_id, sample.role, sample.round)
+    raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
 
 @dataclass
@@ -172,11 +187,12 @@ class RolloutBatch:
     def __iter__(self) -> Iterator[Sample]:
         return iter(self.samples)
 
-    def groups(self) -> dict[GroupKey, list[Sample]]:
-        """Samples by group key, each group in episode order (insertion order of keys)."""
+    def groups(self, group_by: str = "agent") -> dict[GroupKey, list[Sample]]:
+        """Samples by :func:`group_key_of` under ``group_by``, each group in episode order
+        (insertion order of keys)."""
         out: dict[GroupKey, list[Sample]] = defaultdict(list)
         for sample in self.samples:
-            out[sample.group_key].append(sample)
+            out[group_key_of(sample, group_by)].append(sample)
         return dict(out)
 
     def for_agent(self, agent: str) -> list[Sample]:
