@@ -79,6 +79,24 @@ class Prompts:
                 )
         return cls(templates=templates, system=system)
 
+    def headings(self) -> tuple[str, ...]:
+        """The headings of the templates' user messages, in order, without repeats.
+
+        A heading is the fixed text at the start of a line up to and including its first
+        colon, when that colon comes before any ``{{field}}``: ``"Proposed solution:"``
+        from ``Proposed solution:``, ``"Problem:"`` from ``Problem: {{problem}}``, none from
+        ``Here are {{num_responses}} solutions ...:``. The env defuses lines of shown
+        responses that start with one (see :func:`marti_env.workflows.base.defuse_markers`).
+        """
+        found: dict[str, None] = {}
+        for template in self.templates.values():
+            for line in template.user.splitlines():
+                fixed = line.split("{{", 1)[0]
+                head, colon, _ = fixed.partition(":")
+                if colon and head.strip():
+                    found[head.strip() + ":"] = None
+        return tuple(found)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"system": self.system}
         for name, t in self.templates.items():

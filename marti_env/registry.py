@@ -29,7 +29,7 @@ import yaml
 from marti_env.credit import credit_params, make_credit
 from marti_env.env import WorkflowEnv
 from marti_env.prompts import Prompts
-from marti_env.rewards import make_reward
+from marti_env.rewards import make_reward, reward_params
 from marti_env.tasks import ListTasks, TaskSource, make_task_source
 from marti_env.workflows import WORKFLOWS, Workflow
 
@@ -51,6 +51,10 @@ ENV_ARGS: dict[str, Any] = {
   ``Reward`` or a judge callable), or ``"ttrl"`` for label-free majority-vote rewards.
 - ``credit``: a registered credit method name or a ``CreditMethod``; the method's options
   (e.g. ``alpha``) are passed to ``make`` as keyword arguments too.
+- The reward's options are passed to ``make`` (or set in a YAML spec's ``kwargs``) as
+  keyword arguments the same way (:func:`reward_options` lists them): ``"math"``,
+  ``"math+format"`` and ``"ttrl"`` take ``max_answer_chars``, the verifier's cap on an
+  answer's length (default 1000; longer answers score 0 and count as rejected).
 - ``max_response_chars``: the action space's bound (longer actions are still accepted).
 - ``render_mode``: ``None``, ``"ansi"`` or ``"human"``.
 - ``prompts``: template overrides, ``{template: str | {user, examples}, "system": str}``.
@@ -81,14 +85,32 @@ class EnvSpec:
         params = inspect.signature(self.workflow.__init__).parameters
         return tuple(p for p in params if p != "self")
 
-    def allowed_args(self, credit: Any = None) -> tuple[str, ...]:
-        """Every keyword ``make`` accepts for this env (credit options for ``credit``)."""
+    def allowed_args(self, credit: Any = None, reward: Any = None) -> tuple[str, ...]:
+        """Every keyword ``make`` accepts for this env: credit options for ``credit``,
+        reward options for ``reward`` (default: the spec's own reward, ``"math"`` unless
+        its kwargs say otherwise)."""
         extra = credit_params(credit) if isinstance(credit, str) else ()
-        return (*self.workflow_args(), *ENV_ARGS, *extra)
+        if reward is None:
+            reward = self.kwargs.get("reward", ENV_ARGS["reward"])
+        return (*self.workflow_args(), *ENV_ARGS, *extra, *reward_options(reward))
 
 
 registry: dict[str, EnvSpec] = {}
 """Every registered env, by id."""
+
+
+def reward_options(reward: Any) -> tuple[str, ...]:
+    """The option names of reward spec ``reward``: a registered reward's
+    (:func:`marti_env.rewards.reward_params`), ``"math"``'s for ``"ttrl"`` (it scores turns
+    against the majority answer with the math reward), none for objects and unknown names."""
+    if reward == "ttrl":
+        reward = "math"
+    if not isinstance(reward, str):
+        return ()
+    try:
+        return reward_params(reward)
+    except ValueError:
+        return ()  # make_reward names the unknown reward
 
 
 def register(
@@ -167,7 +189,7 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
     if api not in ("parallel", "aec"):
         raise ValueError(f"api must be 'parallel' or 'aec', got {api!r}")
     args = {**ENV_ARGS, **env_spec.kwargs, **overrides}
-    allowed = env_spec.allowed_args(args["credit"])
+    allowed = env_spec.allowed_args(args["credit"], args["reward"])
     for key in overrides:
         if key not in allowed:
             raise ValueError(
@@ -178,12 +200,17 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
     prompts = Prompts.from_dict(
         _merge_prompts(env_spec.prompts, args["prompts"]), env_spec.workflow.templates, where=id
     )
+    reward_keys = reward_options(args["reward"])
+    reward_opts = {k: v for k, v in args.items() if k in reward_keys}
     credit_options = {
         k: v
         for k, v in overrides.items()
-        if k not in env_spec.workflow_args() and k not in ENV_ARGS
+        if k not in env_spec.workflow_args() and k not in ENV_ARGS and k not in reward_keys
     }
-    reward = None if args["reward"] == "ttrl" else make_reward(args["reward"])
+    if args["reward"] == "ttrl":  # label-free: turns are scored against the majority answer
+        reward, label_free = None, make_reward("math", **reward_opts)
+    else:
+        reward, label_free = make_reward(args["reward"], **reward_opts), None
     env = WorkflowEnv(
         env_id=id,
         workflow=workflow,
@@ -192,6 +219,7 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
         if reward
         else make_task_source(args["tasks"]),
         reward=reward,
+        label_free_reward=label_free,
         credit=make_credit(args["credit"], **credit_options),
         max_response_chars=args["max_response_chars"],
         render_mode=args["render_mode"],
@@ -279,7 +307,7 @@ def _labelled(tasks: TaskSource, env_id: str) -> TaskSource:
         "reward='ttrl' uses them",
         stacklevel=3,
     )
-    return ListTasks([t for t in tasks if t.answer is not None], name=tasks.name)
+    return tasks.with_tasks([t for t in tasks if t.answer is not None])
 
 
 def _merge_prompts(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:

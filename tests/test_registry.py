@@ -132,3 +132,46 @@ def test_shared_benchmark_files_as_task_sources(shared_data):
     with pytest.warns(UserWarning, match="dropping 2 of 8890"):
         env = marti_env.make("mad-v0", tasks="math_train")
     assert len(env.tasks) == 8888
+
+
+def test_reward_options_pass_through_make():
+    """max_answer_chars reaches the verifier of 'math', 'math+format' and 'ttrl', like a
+    credit method's options; a reward without it refuses it, naming the allowed keys."""
+    env = marti_env.make("single-v0", max_answer_chars=3)
+    assert env.reward.resolved_verifier().max_answer_chars == 3
+    env.reset(seed=0, options={"task": marti_env.Task("t", "p", "1000")})
+    *_, infos = env.step({"solver_0": r"\boxed{1000}"})  # 4 characters: rejected
+    assert infos["solver_0"]["episode"].outcome == 0.0
+    env = marti_env.make(
+        "mad-v0", reward="math+format", max_answer_chars=7, credit="margin", alpha=0.5
+    )
+    assert "max_answer_chars=7" in repr(env.reward) and env.credit.alpha == 0.5
+    env = marti_env.make("mad-v0", reward="ttrl", max_answer_chars=9)
+    assert env.reward is None and env.label_free_reward.max_answer_chars == 9
+    with pytest.raises(ValueError, match=r"'max_answer_chars'.*allowed: (?!.*max_answer_chars)"):
+        marti_env.make("mad-v0", reward="format", max_answer_chars=5)
+    with pytest.raises(ValueError, match=r"'max_answer_char'.*did you mean 'max_answer_chars'"):
+        marti_env.make("mad-v0", max_answer_char=5)
+    assert "max_answer_chars" in marti_env.spec("mad-v0").allowed_args(reward="math")
+
+
+def test_reward_options_in_a_registered_spec():
+    marti_env.register(
+        "capped-v0",
+        "single",
+        kwargs={"max_answer_chars": 4},
+        prompts={"solve": "{{problem}}"},
+    )
+    try:
+        assert marti_env.make("capped-v0").reward.max_answer_chars == 4
+        assert marti_env.make("capped-v0", max_answer_chars=6).reward.max_answer_chars == 6
+    finally:
+        del marti_env.registry["capped-v0"]
+    with pytest.raises(ValueError, match="'max_answer_chars'"):
+        marti_env.register(
+            "capped-v0",
+            "single",
+            kwargs={"reward": "format", "max_answer_chars": 4},
+            prompts={"solve": "{{problem}}"},
+        )
+    assert "capped-v0" not in marti_env.registry

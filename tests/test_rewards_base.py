@@ -13,9 +13,13 @@ from marti_env.rewards import (
     MathVerifier,
     Reward,
     WeightedReward,
+    default_verifier,
     make_reward,
     register_reward,
     reward_names,
+    reward_params,
+    shared_verifier,
+    verifiers_of,
 )
 from marti_env.tasks.task import Task
 
@@ -123,3 +127,49 @@ def test_register_reward() -> None:
         base._REGISTRY.pop("always-half", None)
     with pytest.raises(ValueError):
         register_reward("", FormatReward)
+
+
+def test_reward_options() -> None:
+    assert reward_params("math") == ("max_answer_chars",)
+    assert reward_params("math+format") == ("max_answer_chars",)
+    assert reward_params("format") == ()
+    capped = make_reward("math", max_answer_chars=2)
+    assert repr(capped) == "MathReward(max_answer_chars=2)"
+    assert capped.score(TASK, r"\boxed{142}") == 0.0  # "142" is longer than 2
+    # the gold "142.0" is capped too: 5 characters fit
+    assert make_reward("math", max_answer_chars=5).score(TASK, r"\boxed{142}") == 1.0
+    # one shared verifier per setting (one helper process), counting the rejection
+    verifier = capped.resolved_verifier()
+    assert verifier is shared_verifier(2) and verifier.max_answer_chars == 2
+    assert verifier.cache_info().rejected >= 1 and verifier.rejections()["length"] >= 1
+    assert MathReward().resolved_verifier() is default_verifier()
+    mixed = make_reward("math+format", max_answer_chars=2)
+    assert mixed.score(TASK, r"\boxed{142}") == pytest.approx(0.1 / 1.1)  # format only
+    clone = pickle.loads(pickle.dumps(capped))
+    assert clone.max_answer_chars == 2 and clone.score(TASK, r"\boxed{142}") == 0.0
+
+
+def test_reward_option_errors() -> None:
+    with pytest.raises(ValueError, match=r"no option 'max_answer_char'.*max_answer_chars.*mean"):
+        make_reward("math", max_answer_char=5)
+    with pytest.raises(ValueError, match="reward 'format' has no option 'max_answer_chars'"):
+        make_reward("format", max_answer_chars=5)
+    with pytest.raises(ValueError, match="given with a reward object"):
+        make_reward(FormatReward(), max_answer_chars=5)
+    with pytest.raises(ValueError, match="max_answer_chars must be >= 0"):
+        make_reward("math", max_answer_chars=-1)
+    with pytest.raises(TypeError, match="max_answer_chars must be an int"):
+        MathReward(max_answer_chars="10")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not both"):
+        MathReward(MathVerifier(), max_answer_chars=10)
+
+
+def test_verifiers_of_finds_the_math_verifiers() -> None:
+    capped = MathVerifier(max_answer_chars=5)
+    assert verifiers_of(MathReward(capped)) == [capped]
+    assert verifiers_of(make_reward("math+format", max_answer_chars=11)) == [shared_verifier(11)]
+    nested = WeightedReward(
+        [(MathReward(capped), 1.0), (WeightedReward([(MathReward(capped), 1.0)]), 1.0)]
+    )
+    assert verifiers_of(nested) == [capped]  # once, however often it is used
+    assert verifiers_of(FormatReward()) == [] and verifiers_of(None) == []

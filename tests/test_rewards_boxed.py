@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from marti_env.rewards import extract_boxed, format_score
+from marti_env.rewards import boxed, extract_boxed, format_score
 
 BOXED_TABLE = [
     # (response, expected content)
@@ -90,3 +90,30 @@ def test_hostile_strings_never_raise() -> None:
 def test_non_str_is_no_answer() -> None:
     assert extract_boxed(None) is None  # type: ignore[arg-type]
     assert extract_boxed(b"\\boxed{5}") is None  # type: ignore[arg-type]
+
+
+def test_long_tails_match_braces_like_the_loop(monkeypatch) -> None:
+    """Past 4,096 characters braces are matched in numpy; it must agree with the loop on
+    random brace/backslash soup, escapes and lone surrogates included."""
+    rng = random.Random(3)
+    pad = " " * 5_000  # makes every tail long
+    for _ in range(500):
+        body = "".join(rng.choice("{}\\\\ab\ud800") for _ in range(rng.randrange(0, 40)))
+        text = "\\boxed{" + body + "}" + pad
+        long_result = boxed._match_braces(text, 6)
+        monkeypatch.setattr(boxed, "_LONG_TAIL", 10**9)
+        assert boxed._match_braces(text, 6) == long_result, body
+        monkeypatch.undo()
+    # "\\{" is an escaped backslash then a real brace; "\{" is an escaped brace
+    assert extract_boxed("\\boxed{a\\\\{b}c}" + pad) == "a\\\\{b}c"
+    assert extract_boxed("\\boxed{a\\{b}" + pad) == "a\\{b"
+    assert extract_boxed("\\boxed{" + "7" * 1_000_000 + "}") == "7" * 1_000_000
+
+
+def test_last_result_is_remembered_per_string_object() -> None:
+    text = "so \\boxed{" + "{}" * 10 + "5}"
+    assert extract_boxed(text) == "{}" * 10 + "5"
+    assert extract_boxed(text) == "{}" * 10 + "5"  # the same object: remembered
+    other = "".join(["so \\boxed{", "6}"])  # a different object, new content
+    assert extract_boxed(other) == "6"
+    assert extract_boxed(text) == "{}" * 10 + "5"

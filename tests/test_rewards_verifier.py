@@ -192,7 +192,23 @@ def _hostile_responses() -> list[tuple[str, str, float]]:
 
 
 @pytest.mark.timeout(120)
-def test_hostile_inputs_main_thread(hostile_verifier) -> None:
+def test_hostile_inputs_are_screened_before_math_verify(hostile_verifier) -> None:
+    """The towers, the factorial and the 3,000-deep fraction never reach math-verify."""
+    before = hostile_verifier.rejections()
+    for response, gold, expected in _hostile_responses():
+        assert hostile_verifier.score(response, gold) == expected, response[:40]
+    info = hostile_verifier.cache_info()
+    assert info.timeouts == 0 and info.helper_restarts == 0
+    after = hostile_verifier.rejections()
+    fired = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    # 9^{9^{9^9}} and 9^{9^9} - 9^{9^9}: power; 100000000!: factorial; \frac{1}{ x3000: nesting
+    assert fired["power"] == 2 and fired["factorial"] == 1 and fired["nesting"] >= 1, fired
+
+
+@pytest.mark.timeout(120)
+def test_hostile_inputs_main_thread_without_screen(hostile_verifier, monkeypatch) -> None:
+    """Second line of defence: with the screen off, the budget and the kill still bound them."""
+    monkeypatch.setattr(mv_module, "screen_answer", lambda answer, **bounds: None)
     for response, gold, expected in _hostile_responses():
         assert hostile_verifier.score(response, gold) == expected, response[:40]
     assert hostile_verifier.cache_info().timeouts >= 3  # the towers really hit the budget
@@ -204,7 +220,36 @@ def test_hostile_inputs_rejected_by_length_without_parsing() -> None:
     nested = r"\frac{1}{" * 3_000 + "2" + "}" * 3_000
     assert v.score("\\boxed{" + nested + "}", "2") == 0.0
     assert v.equivalent("1" * 1001, "1" * 1001) is False
+    assert v.equivalent("1", "1" * 1001) is False  # an overlong gold is rejected too
     assert v._helper is None  # never needed the helper
+    assert v.cache_info().rejected == 3 and v.rejections() == {"length": 3}
+
+
+def test_rejections_are_cached_and_counted_each_time() -> None:
+    v = MathVerifier(cache_size=10)
+    for _ in range(3):
+        assert v.equivalent(r"9^{9^{9^9}}", "2") is False
+    info = v.cache_info()
+    # one screen run, then two cache hits; every call counts as rejected
+    assert (info.hits, info.misses, info.currsize, info.rejected) == (2, 0, 1, 3)
+    assert v.rejections() == {"power": 3}
+    assert v._helper is None
+    v.cache_clear()  # empties the cache, keeps the event counters (like timeouts)
+    assert v.cache_info().rejected == 3 and v.cache_info().currsize == 0
+
+
+def test_fast_path_answers_never_reach_the_screen(monkeypatch) -> None:
+    """Equal canonical forms and plain numbers are settled before the screen and the cache."""
+    calls: list[str] = []
+
+    def spy(answer: str, **bounds: int) -> None:
+        calls.append(answer)
+
+    monkeypatch.setattr(mv_module, "screen_answer", spy)
+    v = MathVerifier()
+    assert v.equivalent("10^{100000}", "10^{100000}") is True  # equal strings: no parsing
+    assert v.equivalent("1,000", "1000.0") is True
+    assert calls == [] and v.cache_info().currsize == 0
 
 
 @pytest.mark.timeout(120)

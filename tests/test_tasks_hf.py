@@ -12,7 +12,14 @@ import pytest
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from marti_env.tasks import Task, TaskDataError, load_hf_dataset, load_tasks, make_task_source
+from marti_env.tasks import (
+    Task,
+    TaskDataError,
+    TaskDataWarning,
+    load_hf_dataset,
+    load_tasks,
+    make_task_source,
+)
 
 
 def test_missing_datasets_package_is_a_clear_import_error(monkeypatch):
@@ -78,3 +85,17 @@ def test_save_to_disk_single_dataset_and_fields(datasets, tmp_path):
     assert tasks == [Task("plain/test/0", "What?", "3", "plain/test")]
     with pytest.raises(TaskDataError, match=r"plain/test: row 0: missing field 'answer'"):
         load_hf_dataset(str(directory), prompt_field="text")
+
+
+def test_skip_bad_rows_of_a_dataset(datasets, tmp_path):
+    rows = [{"problem": "p0", "answer": "1"}, {"problem": "  ", "answer": "2"}]
+    directory = tmp_path / "holes"
+    datasets.Dataset.from_list(rows).save_to_disk(str(directory))
+    with pytest.raises(TaskDataError, match=r"holes/test: row 1: empty prompt"):
+        load_hf_dataset(str(directory))
+    spec = {"type": "hf", "name": str(directory), "on_error": "skip"}
+    with pytest.warns(TaskDataWarning, match=r"holes/test: skipped 1 of 2 rows"):
+        source = make_task_source(spec)
+    assert [t.prompt for t in source] == ["p0"]
+    assert source.skipped == 1
+    assert source.skipped_problems == ("holes/test: row 1: empty prompt (field 'problem')",)

@@ -20,12 +20,20 @@ from marti_env.rewards.base import (
     make_reward,
     register_reward,
     reward_names,
+    reward_params,
+    verifiers_of,
 )
 from marti_env.rewards.boxed import extract_boxed
 from marti_env.rewards.canonical import canonical_answer
 from marti_env.rewards.format import format_score
 from marti_env.rewards.genrm import JudgeReward
-from marti_env.rewards.math_verifier import CacheInfo, MathVerifier, default_verifier
+from marti_env.rewards.math_verifier import (
+    CacheInfo,
+    MathVerifier,
+    default_verifier,
+    shared_verifier,
+)
+from marti_env.rewards.screen import screen_answer
 from marti_env.rewards.ttrl import majority_answer, ttrl_scores
 
 __all__ = [
@@ -44,5 +52,9 @@ __all__ = [
     "make_reward",
     "register_reward",
     "reward_names",
+    "reward_params",
+    "screen_answer",
+    "shared_verifier",
     "ttrl_scores",
+    "verifiers_of",
 ]

@@ -14,8 +14,8 @@ one ``budget_s`` wall-clock budget enforced with ``setitimer``: the handler rais
 ``BaseException`` subclass, so math-verify's and sympy's ``except Exception`` blocks cannot
 swallow it, and the timer re-fires every 50 ms until disarmed in case one is swallowed
 anyway. Work the signal cannot interrupt (a long C-level big-integer operation) is bounded
-by the parent, which kills this process after its own deadline. The worker exits when its
-standard input closes (the parent exited or dropped it).
+by the parent, which kills this process after its own deadline. The worker ignores SIGINT
+and SIGTERM and exits when its standard input closes (the parent exited or dropped it).
 """
 
 from __future__ import annotations
@@ -67,7 +67,11 @@ def main() -> None:
     sys.stdout = sys.stderr
     memory_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+        # The parent decides when we stop: a Ctrl-C or a SIGTERM sent to the whole process
+        # group (a terminal, a batch scheduler) lets the parent finish its step with us; we
+        # exit when it closes our stdin.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         logging.getLogger("math_verify").setLevel(logging.CRITICAL + 1)
         logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL + 1)
         from math_verify import parse, verify

@@ -14,6 +14,12 @@ name               reward
                    for models that do not box yet)
 =================  =======================================================================
 
+Options: a factory's keyword-only arguments are the reward's options, given to
+:func:`make_reward` (and to ``marti_env.make``) as keyword arguments;
+:func:`reward_params` lists them. ``"math"`` and ``"math+format"`` take
+``max_answer_chars`` (the verifier's cap on an answer's length, default 1000; see
+:class:`MathVerifier`).
+
 Label-free (TTRL) rewards are group-level, not per response: see
 :mod:`marti_env.rewards.ttrl`.
 """
@@ -21,14 +27,15 @@ Label-free (TTRL) rewards are group-level, not per response: see
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from marti_env.rewards.format import format_score
 from marti_env.rewards.genrm import JudgeReward
-from marti_env.rewards.math_verifier import MathVerifier, default_verifier
+from marti_env.rewards.math_verifier import MathVerifier, shared_verifier
 from marti_env.tasks.task import Task
 
 __all__ = [
@@ -40,6 +47,8 @@ __all__ = [
     "make_reward",
     "register_reward",
     "reward_names",
+    "reward_params",
+    "verifiers_of",
 ]
 
 
@@ -57,19 +66,43 @@ class MathReward:
 
     Args:
         verifier: The :class:`MathVerifier` to use; None (default) means the process-wide
-            :func:`default_verifier`, looked up on first use (so pickling a ``MathReward()``
-            does not carry a verifier).
+            :func:`shared_verifier` with ``max_answer_chars``, looked up on first use (so
+            pickling a ``MathReward()`` does not carry a verifier).
+        max_answer_chars: The shared verifier's cap on an answer's length (None: its
+            default, 1000). Not allowed together with ``verifier`` (set it there).
 
     Raises (from :meth:`score`):
         ValueError: ``task.answer`` is None. Label-free tasks need a group-level reward:
             use ``reward="ttrl"`` in an environment, or :func:`ttrl_scores` directly.
     """
 
-    def __init__(self, verifier: MathVerifier | None = None) -> None:
+    def __init__(
+        self, verifier: MathVerifier | None = None, *, max_answer_chars: int | None = None
+    ) -> None:
+        if verifier is not None and max_answer_chars is not None:
+            raise ValueError(
+                "MathReward takes a verifier or max_answer_chars, not both: pass "
+                "MathVerifier(max_answer_chars=...) as the verifier"
+            )
+        if max_answer_chars is not None:
+            shared_verifier(max_answer_chars)  # validates it (the helper starts on first use)
         self.verifier = verifier
+        self.max_answer_chars = max_answer_chars
 
     def __repr__(self) -> str:
-        return "MathReward()" if self.verifier is None else f"MathReward({self.verifier!r})"
+        if self.verifier is not None:
+            return f"MathReward({self.verifier!r})"
+        if self.max_answer_chars is not None:
+            return f"MathReward(max_answer_chars={self.max_answer_chars})"
+        return "MathReward()"
+
+    def resolved_verifier(self) -> MathVerifier:
+        """The verifier that scores (its ``cache_info()`` counts rejections)."""
+        if self.verifier is not None:
+            return self.verifier
+        if self.max_answer_chars is None:
+            return shared_verifier()
+        return shared_verifier(self.max_answer_chars)
 
     def score(self, task: Task, response: str) -> float:
         if task.answer is None:
@@ -78,8 +111,7 @@ class MathReward:
                 "for label-free training use the TTRL reward (reward='ttrl', or "
                 "marti_env.rewards.ttrl_scores over a group of answers)"
             )
-        verifier = self.verifier if self.verifier is not None else default_verifier()
-        return verifier.score(response, task.answer)
+        return self.resolved_verifier().score(response, task.answer)
 
 
 class FormatReward:
@@ -128,12 +160,34 @@ class WeightedReward:
         return min(1.0, max(0.0, total / self.total))
 
 
-def _math_plus_format() -> Reward:
-    return WeightedReward([(MathReward(), 1.0), (FormatReward(), 0.1)])
+def verifiers_of(reward: object) -> list[MathVerifier]:
+    """The verifiers ``reward`` scores with: a :class:`MathReward`'s, those of the terms of
+    a :class:`WeightedReward` (recursively), none for other rewards. A trainer logs their
+    ``cache_info().rejected`` (hostile answers) and ``.timeouts``; e.g.
+    ``verifiers_of(env.reward or env.label_free_reward)``."""
+    if isinstance(reward, MathReward):
+        return [reward.resolved_verifier()]
+    if isinstance(reward, WeightedReward):
+        found: dict[int, MathVerifier] = {}
+        for term, _ in reward.terms:
+            for verifier in verifiers_of(term):
+                found.setdefault(id(verifier), verifier)
+        return list(found.values())
+    return []
 
 
-_REGISTRY: dict[str, Callable[[], Reward]] = {
-    "math": MathReward,
+def _math(*, max_answer_chars: int | None = None) -> Reward:
+    return MathReward(max_answer_chars=max_answer_chars)
+
+
+def _math_plus_format(*, max_answer_chars: int | None = None) -> Reward:
+    return WeightedReward(
+        [(MathReward(max_answer_chars=max_answer_chars), 1.0), (FormatReward(), 0.1)]
+    )
+
+
+_REGISTRY: dict[str, Callable[..., Reward]] = {
+    "math": _math,
     "format": FormatReward,
     "math+format": _math_plus_format,
 }
@@ -145,8 +199,20 @@ def reward_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def register_reward(name: str, factory: Callable[[], Reward], *, overwrite: bool = False) -> None:
-    """Make ``make_reward(name)`` return ``factory()``.
+def reward_params(name: str) -> tuple[str, ...]:
+    """The options reward ``name`` accepts: its factory's keyword-only arguments.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    factory = _factory(name)
+    params = inspect.signature(factory).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def register_reward(name: str, factory: Callable[..., Reward], *, overwrite: bool = False) -> None:
+    """Make ``make_reward(name, **options)`` return ``factory(**options)``; the factory's
+    keyword-only arguments are the reward's options (see :func:`reward_params`).
 
     Raises:
         ValueError: ``name`` is empty or already registered (unless ``overwrite``).
@@ -161,25 +227,36 @@ def register_reward(name: str, factory: Callable[[], Reward], *, overwrite: bool
         _REGISTRY[name] = factory
 
 
-def make_reward(spec: str | Reward | Callable[[Task, str], float]) -> Reward:
+def make_reward(spec: str | Reward | Callable[[Task, str], float], **options: Any) -> Reward:
     """Resolve ``spec`` into a :class:`Reward`.
 
-    * a registered name (see the module docstring and :func:`reward_names`) → a new reward;
+    * a registered name (see the module docstring and :func:`reward_names`) → a new reward,
+      built with ``options`` (see :func:`reward_params`);
     * an object with ``score(task, response)`` → returned unchanged;
     * any other callable ``(task, response) -> float`` → wrapped in :class:`JudgeReward`.
 
     Raises:
-        ValueError: an unknown name; the message lists the known names and the closest one.
+        ValueError: an unknown name (the message lists the known names and the closest
+            one), an option the reward does not take (naming its options), or options
+            given with a reward object or callable.
         TypeError: anything else.
     """
     if isinstance(spec, str):
-        factory = _REGISTRY.get(spec)
-        if factory is None:
-            known = reward_names()
-            close = difflib.get_close_matches(spec, known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown reward {spec!r}; known rewards: {', '.join(known)}.{hint}")
-        return factory()
+        factory = _factory(spec)
+        allowed = reward_params(spec)
+        for key in options:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"reward {spec!r} has no option {key!r}; its options: "
+                    f"{', '.join(allowed) or 'none'}.{hint}"
+                )
+        return factory(**options)
+    if options:
+        raise ValueError(
+            f"options {sorted(options)} given with a reward object; set them on the object"
+        )
     if isinstance(spec, Reward):
         return spec
     if callable(spec):
@@ -187,3 +264,13 @@ def make_reward(spec: str | Reward | Callable[[Task, str], float]) -> Reward:
     raise TypeError(
         f"reward spec must be a name, a Reward or a callable, got {type(spec).__name__}"
     )
+
+
+def _factory(name: str) -> Callable[..., Reward]:
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        known = reward_names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(known)}.{hint}")
+    return factory

@@ -1,10 +1,12 @@
 """Extract the final ``\\boxed{...}`` answer from a model response.
 
 The extractor is a plain linear scan, not a regular expression: it must stay fast on
-100 KB responses full of braces and never raise, whatever the model wrote.
+megabyte responses full of braces and never raise, whatever the model wrote.
 """
 
 from __future__ import annotations
+
+import re
 
 __all__ = ["extract_boxed"]
 
@@ -38,8 +40,12 @@ def _match_braces(text: str, open_pos: int) -> int:
     """Return the index of the ``}`` closing the ``{`` at ``open_pos``, or -1.
 
     Escaped braces (``\\{``, ``\\}``) and any other backslash-escaped character are
-    skipped, so ``\\boxed{\\{1, 2\\}}`` closes at the last brace.
+    skipped, so ``\\boxed{\\{1, 2\\}}`` closes at the last brace. Short tails are scanned
+    in Python; long ones (hostile input: a megabyte inside one box) in numpy, so the cost
+    stays a few milliseconds per megabyte whatever the text holds.
     """
+    if len(text) - open_pos > _LONG_TAIL:
+        return _match_braces_long(text, open_pos)
     depth = 0
     i = open_pos
     n = len(text)
@@ -58,6 +64,27 @@ def _match_braces(text: str, open_pos: int) -> int:
     return -1
 
 
+_LONG_TAIL = 4096
+_ESCAPED = re.compile(r"\\.", re.DOTALL)
+
+
+def _match_braces_long(text: str, open_pos: int) -> int:
+    """:func:`_match_braces` in numpy: escapes blanked (same length, left to right, as the
+    loop skips them), then the first brace where the running depth is back to 0."""
+    import numpy as np
+
+    tail = _ESCAPED.sub("  ", text[open_pos:])
+    codes = np.frombuffer(tail.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    braces = np.flatnonzero((codes == _OPEN) | (codes == _CLOSE))
+    depth = np.cumsum(np.where(codes[braces] == _OPEN, 1, -1))
+    closed = np.flatnonzero(depth == 0)
+    return open_pos + int(braces[closed[0]]) if closed.size else -1
+
+
+_OPEN, _CLOSE = ord("{"), ord("}")
+_last: tuple[str, str | None] = ("", None)
+
+
 def extract_boxed(text: str) -> str | None:
     """Return the content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
 
@@ -73,7 +100,9 @@ def extract_boxed(text: str) -> str | None:
         * Braces are matched with nesting; backslash-escaped characters (``\\{``) do not
           count. The content is returned with surrounding whitespace stripped; empty or
           whitespace-only content gives ``None``.
-        * Runs in time linear in ``len(text)`` and never raises for any ``str``.
+        * Runs in time linear in ``len(text)`` (a few milliseconds for a megabyte) and
+          never raises for any ``str``. The last result is remembered for the same string
+          object, since an env and its reward both extract from each response.
 
     Examples:
         >>> extract_boxed(r"so \\boxed{1} ... finally \\boxed{\\frac{1}{2}}.")
@@ -81,8 +110,18 @@ def extract_boxed(text: str) -> str | None:
         >>> extract_boxed(r"\\boxed{}") is None
         True
     """
+    global _last
     if not isinstance(text, str):
         return None
+    last = _last
+    if last[0] is text:
+        return last[1]
+    answer = _extract(text)
+    _last = (text, answer)
+    return answer
+
+
+def _extract(text: str) -> str | None:
     cache: dict[str, int] = {}
     end = len(text)
     while True:

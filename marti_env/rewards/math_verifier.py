@@ -2,13 +2,22 @@
 
 How time is bounded
 -------------------
-``MathVerifier`` answers in three tiers:
+``MathVerifier`` answers in tiers, cheapest first:
 
+0. **Length cap.** A pair where either answer is longer than ``max_answer_chars`` is
+   rejected (not equivalent) in O(1).
 1. **Fast path, in process.** Both answers go through :func:`canonical_answer`. If both are
    plain numbers they are compared exactly (``Fraction``); if the canonical strings are
-   equal the answer is right. No computer algebra, microseconds per call.
-2. **Cache.** Slow-path results are kept in an LRU cache keyed by ``(pred, gold)``.
-3. **Slow path, in a helper process.** Everything else goes to math-verify
+   equal the answer is right. No computer algebra, microseconds per call (the canonical
+   forms are memoised, so a repeated answer does not pay twice).
+2. **Cache.** Verdicts of the tiers below are kept in an LRU cache keyed by
+   ``(pred, gold)``: screening rejections and math-verify results alike.
+3. **Screen.** The prediction goes through :func:`~marti_env.rewards.screen.screen_answer`,
+   which rejects obvious blow-ups (power towers, huge factorials, deep nesting, absurdly
+   many digits) in microseconds, before anything parses them. Rejections are counted
+   (:meth:`MathVerifier.cache_info` ``.rejected``, by rule in
+   :meth:`MathVerifier.rejections`).
+4. **Slow path, in a helper process.** Everything else goes to math-verify
    (``parse`` + ``verify``), which runs in one persistent helper subprocess per verifier
    (and per process that uses it), started lazily on the first slow-path call.
    Inside the helper one ``setitimer`` budget of ``timeout_s`` covers the whole request; a
@@ -24,7 +33,8 @@ Why a subprocess even on the main thread: math-verify's own timeouts use ``SIGAL
 other towers all returned within 1.1 s with sympy's pure-Python integers, but with
 ``gmpy2`` installed (sympy then computes ``n!`` in one GMP call) ``100000000!`` took 70 s
 and ``(10^7)!`` 6.7 s; through this class (``timeout_s=1``) they return False after 3 s
-(budget + kill grace), then the next call waits ~1.5 s for the fresh helper. The cost is
+(budget + kill grace), then the next call waits ~1.5 s for the fresh helper; the screen
+now rejects all of these before math-verify sees them. The cost is
 one pipe round trip per uncached slow-path call (well under 1 ms, against ~5-50 ms for
 math-verify: no measurable throughput difference), the helper's start-up (~1-2 s, once)
 and its memory (math-verify + sympy: ~60 MB resident after the first checks).
@@ -44,14 +54,16 @@ import select
 import subprocess
 import sys
 import threading
+import time
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, NamedTuple
 
 from marti_env.rewards.boxed import extract_boxed
 from marti_env.rewards.canonical import _canonicalize
+from marti_env.rewards.screen import MAX_ANSWER_CHARS, RejectReason, screen_answer
 
-__all__ = ["CacheInfo", "MathVerifier", "default_verifier"]
+__all__ = ["CacheInfo", "MathVerifier", "default_verifier", "shared_verifier"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +77,19 @@ _HELPER_MEMORY_MB = 4096  # RLIMIT_AS for the helper; hostile inputs get MemoryE
 
 
 class CacheInfo(NamedTuple):
-    """Counters of :meth:`MathVerifier.cache_info` (like ``functools.lru_cache``)."""
+    """Counters of :meth:`MathVerifier.cache_info` (like ``functools.lru_cache``).
+
+    Attributes:
+        hits: Calls answered from the verdict cache (math-verify results and rejections).
+        misses: Calls that ran math-verify (each one fills the cache).
+        maxsize: The cache's capacity (``cache_size``).
+        currsize: Verdicts in the cache now.
+        timeouts: math-verify checks that ran out of budget or whose helper hung or died.
+        helper_restarts: Helper processes replaced after a hang or a crash.
+        rejected: Calls rejected without math-verify: over ``max_answer_chars``, or by the
+            screen (cached rejections count again each time; see
+            :meth:`MathVerifier.rejections` for the rules that fired).
+    """
 
     hits: int
     misses: int
@@ -73,6 +97,7 @@ class CacheInfo(NamedTuple):
     currsize: int
     timeouts: int
     helper_restarts: int
+    rejected: int = 0
 
 
 class _HelperError(RuntimeError):
@@ -196,7 +221,9 @@ class MathVerifier:
         cache_size: Maximum number of ``(pred, gold)`` results kept in the LRU cache; 0
             disables caching.
         max_answer_chars: Answers (extracted prediction or gold) longer than this are
-            judged not equivalent without any parsing.
+            rejected: judged not equivalent without any parsing, and counted in
+            ``cache_info().rejected``. Default 1000 characters (the longest reference answer
+            of MATH, GSM8K, AMC and AIME is far shorter); 0 rejects every answer.
         kill_grace_s: Extra seconds, after ``timeout_s``, before a helper that has not
             answered is killed. The worst-case time of one call is about
             ``timeout_s + kill_grace_s`` (plus the helper's one-off start-up, bounded by
@@ -204,7 +231,8 @@ class MathVerifier:
 
     Contract:
         * :meth:`score` and :meth:`equivalent` never raise on any ``str`` arguments; a
-          parse failure, a timeout or a helper crash all mean "not equivalent". They raise
+          parse failure, a rejection, a timeout or a helper crash all mean "not
+          equivalent". They raise
           ``TypeError`` for non-``str`` arguments and ``RuntimeError`` only if the helper
           process cannot be started at all (math-verify missing: an installation problem).
         * A prediction must be a ``\\boxed{}`` answer: :meth:`score` never lets math-verify
@@ -212,8 +240,12 @@ class MathVerifier:
         * Plain numbers are compared exactly (``0.333333`` is not ``1/3``, although
           math-verify's 6-digit rounding would accept it); everything else is up to
           math-verify with its defaults (``float_rounding=6``, ``strict=True``).
+        * A prediction the screen rejects (:func:`~marti_env.rewards.screen.screen_answer`
+          with its default bounds and ``max_chars=max_answer_chars``) is not equivalent,
+          whatever the gold; the gold is trusted data and only length-capped.
         * A check that timed out or whose helper died is cached as False like any other
-          result, so a hostile answer the policy repeats costs its timeout once.
+          result, so a hostile answer the policy repeats costs its timeout once; a
+          rejection is cached too, so a repeated rejected answer costs one lookup.
         * Thread-safe, picklable (caches and the helper are dropped), fork-aware (a forked
           child keeps the cache but starts its own helper, with fresh locks).
     """
@@ -222,7 +254,7 @@ class MathVerifier:
         self,
         timeout_s: float = 5.0,
         cache_size: int = 100_000,
-        max_answer_chars: int = 1000,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
         *,
         kill_grace_s: float = 2.0,
     ) -> None:
@@ -246,7 +278,8 @@ class MathVerifier:
 
     def _init_runtime(self) -> None:
         _INSTANCES.add(self)
-        self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        # A verdict is True/False (math-verify) or the screen's reason for a rejection.
+        self._cache: OrderedDict[tuple[str, str], bool | str] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._helper_lock = threading.Lock()
         self._helper: _Helper | None = None
@@ -254,6 +287,8 @@ class MathVerifier:
         self._misses = 0
         self._timeouts = 0
         self._restarts = 0
+        self._busy_s = 0.0
+        self._rejections: Counter[str] = Counter()
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -311,16 +346,24 @@ class MathVerifier:
             raise TypeError(
                 f"pred and gold must be str, got {type(pred).__name__} and {type(gold).__name__}"
             )
-        if len(pred) > self.max_answer_chars or len(gold) > self.max_answer_chars:
-            return False
-        key = (pred, gold)
-        if self.cache_size:
+        start = time.perf_counter()
+        try:
+            return self._equivalent(pred, gold)
+        finally:
+            spent = time.perf_counter() - start
             with self._cache_lock:
-                cached = self._cache.get(key)
-                if cached is not None:
-                    self._cache.move_to_end(key)
-                    self._hits += 1
-                    return cached
+                self._busy_s += spent
+
+    @property
+    def busy_s(self) -> float:
+        """Wall-clock seconds spent in :meth:`equivalent` so far, summed over threads (a
+        profile's "verification" time)."""
+        with self._cache_lock:
+            return self._busy_s
+
+    def _equivalent(self, pred: str, gold: str) -> bool:
+        if len(pred) > self.max_answer_chars or len(gold) > self.max_answer_chars:
+            return self._rejected("length")
         canon_pred, value_pred = _canonicalize(pred)
         canon_gold, value_gold = _canonicalize(gold)
         if not canon_pred or not canon_gold:
@@ -329,20 +372,43 @@ class MathVerifier:
             return value_pred == value_gold
         if canon_pred == canon_gold:
             return True
+        key = (pred, gold)
+        if self.cache_size:
+            with self._cache_lock:
+                cached = self._cache.get(key)
+                if cached is not None:
+                    self._cache.move_to_end(key)
+                    self._hits += 1
+            if cached is not None:
+                return cached if isinstance(cached, bool) else self._rejected(cached)
+        reason = screen_answer(pred, max_chars=self.max_answer_chars)
+        if reason is not None:
+            self._store(key, reason)
+            return self._rejected(reason)
         if self.cache_size:
             with self._cache_lock:
                 self._misses += 1
         result = self._slow_check(pred, gold)
-        if self.cache_size:
-            with self._cache_lock:
-                self._cache[key] = result
-                self._cache.move_to_end(key)
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+        self._store(key, result)
         return result
 
+    def _rejected(self, reason: RejectReason | str) -> bool:
+        with self._cache_lock:
+            self._rejections[reason] += 1
+        return False
+
+    def _store(self, key: tuple[str, str], verdict: bool | str) -> None:
+        if not self.cache_size:
+            return
+        with self._cache_lock:
+            self._cache[key] = verdict
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
     def cache_info(self) -> CacheInfo:
-        """Cache counters: hits, misses (slow-path lookups only), sizes, timeouts, restarts."""
+        """Counters: cache hits and misses, sizes, timeouts, restarts, rejections (see
+        :class:`CacheInfo`). A trainer logs ``rejected`` to see hostile answers."""
         with self._cache_lock:
             return CacheInfo(
                 self._hits,
@@ -351,7 +417,15 @@ class MathVerifier:
                 len(self._cache),
                 self._timeouts,
                 self._restarts,
+                sum(self._rejections.values()),
             )
+
+    def rejections(self) -> dict[str, int]:
+        """Rejected calls by rule: ``"length"`` (over ``max_answer_chars``) and the
+        reasons of :func:`~marti_env.rewards.screen.screen_answer`. Not reset by
+        :meth:`cache_clear` (like ``timeouts``)."""
+        with self._cache_lock:
+            return dict(self._rejections)
 
     def cache_clear(self) -> None:
         """Empty the cache and reset its counters."""
@@ -424,15 +498,27 @@ def _after_fork_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_default: MathVerifier | None = None
+_shared: dict[int, MathVerifier] = {}
 _default_lock = threading.Lock()
+
+
+def shared_verifier(max_answer_chars: int = MAX_ANSWER_CHARS) -> MathVerifier:
+    """The process-wide shared :class:`MathVerifier` with these settings (created lazily).
+
+    Rewards made by name (``make_reward("math", max_answer_chars=...)``) and every env of
+    the process use these, so one helper process serves all of them per setting.
+    """
+    verifier = _shared.get(max_answer_chars)
+    if verifier is None:
+        with _default_lock:
+            verifier = _shared.get(max_answer_chars)
+            if verifier is None:
+                verifier = _shared[max_answer_chars] = MathVerifier(
+                    max_answer_chars=max_answer_chars
+                )
+    return verifier
 
 
 def default_verifier() -> MathVerifier:
     """The process-wide shared :class:`MathVerifier` with default settings (created lazily)."""
-    global _default
-    if _default is None:
-        with _default_lock:
-            if _default is None:
-                _default = MathVerifier()
-    return _default
+    return shared_verifier()

@@ -32,21 +32,50 @@ Row rules (one row = one JSON object = one :class:`Task`):
 * Other fields are ignored.
 
 Any violation raises :class:`TaskDataError` naming the file and the row: ``path:LINE``
-(1-based line number) for JSONL, ``path: row INDEX`` (0-based list index) for JSON.
+(1-based line number) for JSONL, ``path: row INDEX`` (0-based list index) for JSON, then
+the problem (``missing field 'answer'``, ``bad JSON (Expecting value, column 1): ...``,
+``not valid UTF-8 (byte 0xff at column 12)``). Nothing is skipped silently.
+
+**Skipping bad rows (opt-in).** With ``on_error="skip"`` a row that breaks a rule (bad JSON
+or UTF-8 on its line included) is left out instead; a :class:`TaskDataWarning` names the
+file, how many rows were skipped and the first problems, and the :class:`LoadedTasks`
+result (``make_task_source`` copies it onto the source: ``source.skipped``,
+``source.skipped_problems``) keeps the count and the first :data:`MAX_PROBLEMS` problems as
+``"path:LINE: problem"``. Skipped rows keep their row index, so the default ids of the
+other rows are the same in both modes. Problems with the whole file (unknown extension, a
+``.json`` file that is not valid JSON or not a list) always raise.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marti_env.tasks.task import Task
 
-__all__ = ["TaskDataError", "load_tasks", "tasks_from_rows"]
+__all__ = [
+    "MAX_PROBLEMS",
+    "LoadedTasks",
+    "OnError",
+    "TaskDataError",
+    "TaskDataWarning",
+    "convert_rows",
+    "load_tasks",
+    "read_task_file",
+    "tasks_from_rows",
+]
+
+OnError = Literal["raise", "skip"]
+"""What a malformed row does: ``"raise"`` (the default) a :class:`TaskDataError`, or
+``"skip"``: it is left out, counted and reported (see the module docstring)."""
+
+MAX_PROBLEMS = 5
+"""How many skipped rows' problems :class:`LoadedTasks` and the warning keep."""
 
 PROMPT_FIELDS = ("prompt", "problem", "question")
 """Fields searched, in order, for the problem text when no ``prompt_field`` is given."""
@@ -68,6 +97,32 @@ class TaskDataError(ValueError):
         self.problem = problem
 
 
+class TaskDataWarning(UserWarning):
+    """Rows of a task file or dataset were skipped (``on_error="skip"``)."""
+
+
+@dataclass(frozen=True)
+class LoadedTasks:
+    """Tasks read from a file or dataset, and what ``on_error="skip"`` left out.
+
+    Attributes:
+        tasks: The tasks, in file order.
+        skipped: How many rows were left out (0 with ``on_error="raise"``).
+        problems: The first :data:`MAX_PROBLEMS` of them, ``"path:LINE: problem"``.
+    """
+
+    tasks: list[Task]
+    skipped: int = 0
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    """A row whose text could not be read (bad JSON or UTF-8 on its line)."""
+
+    problem: str
+
+
 @dataclass(frozen=True)
 class _Row:
     where: str  # location for error messages
@@ -82,12 +137,14 @@ def load_tasks(
     name: str | None = None,
     prompt_field: str | None = None,
     answer_field: str | None = None,
+    on_error: OnError = "raise",
 ) -> list[Task]:
     """Read every task of a ``.json`` (a list of objects) or ``.jsonl`` (one object a line) file.
 
     The whole file is read and validated (see the module docstring for the row rules)
     before the first ``limit`` tasks are returned, so a bad row anywhere fails loudly.
-    Blank lines in JSONL files are skipped.
+    Blank lines in JSONL files are skipped. :func:`read_task_file` also returns what
+    ``on_error="skip"`` left out.
 
     Args:
         path: The file; the format is chosen by its extension (``.json`` or ``.jsonl``).
@@ -96,25 +153,52 @@ def load_tasks(
             file's stem (``"test"`` for ``gsm8k/test.jsonl``).
         prompt_field: Field holding the problem text (default: prompt|problem|question).
         answer_field: Field holding the answer (default: ``answer``).
+        on_error: ``"raise"`` (default) or ``"skip"`` malformed rows (with a warning).
 
     Raises:
         FileNotFoundError: The file does not exist.
         TaskDataError: Unknown extension, bad JSON, or a malformed / duplicate row.
     """
+    return read_task_file(
+        path,
+        limit,
+        name=name,
+        prompt_field=prompt_field,
+        answer_field=answer_field,
+        on_error=on_error,
+    ).tasks
+
+
+def read_task_file(
+    path: str | Path,
+    limit: int | None = None,
+    *,
+    name: str | None = None,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+    on_error: OnError = "raise",
+) -> LoadedTasks:
+    """:func:`load_tasks`, returning the tasks with the count and problems of skipped rows
+    (with ``on_error="skip"``; they are counted over the whole file, whatever ``limit``)."""
     path = Path(path)
     check_limit(limit)
+    _check_on_error(on_error)
     suffix = path.suffix.lower()
     if suffix not in (".json", ".jsonl"):
         raise TaskDataError(str(path), f"unknown extension {suffix!r}; expected .json or .jsonl")
-    text = path.read_text(encoding="utf-8")
-    rows = _jsonl_rows(path, text) if suffix == ".jsonl" else _json_rows(path, text)
-    tasks = tasks_from_rows(
+    data = path.read_bytes()
+    rows = _jsonl_rows(path, data) if suffix == ".jsonl" else _json_rows(path, data)
+    loaded = convert_rows(
         rows,
         name=path.stem if name is None else name,
         prompt_field=prompt_field,
         answer_field=answer_field,
+        on_error=on_error,
+        origin=str(path),
     )
-    return tasks if limit is None else tasks[:limit]
+    if limit is not None:
+        loaded = replace(loaded, tasks=loaded.tasks[:limit])
+    return loaded
 
 
 def tasks_from_rows(
@@ -123,50 +207,105 @@ def tasks_from_rows(
     name: str,
     prompt_field: str | None = None,
     answer_field: str | None = None,
+    on_error: OnError = "raise",
 ) -> list[Task]:
     """Convert ``(where, row)`` pairs to tasks with the module's row rules.
 
     ``where`` locates the row in error messages (``"file.jsonl:3"``); the pairs' 0-based
     position is the row index used in default ids. ``name`` is the default source and id
-    prefix. This is the one implementation of the row rules, used by :func:`load_tasks`
-    and by :func:`marti_env.tasks.load_hf_dataset`.
+    prefix. :func:`convert_rows` also returns what ``on_error="skip"`` left out.
 
     Raises:
         TaskDataError: A malformed row, or a duplicate id on differing rows.
     """
+    return convert_rows(
+        rows, name=name, prompt_field=prompt_field, answer_field=answer_field, on_error=on_error
+    ).tasks
+
+
+def convert_rows(
+    rows: Iterable[tuple[str, Any]],
+    *,
+    name: str,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+    on_error: OnError = "raise",
+    origin: str | None = None,
+) -> LoadedTasks:
+    """The one implementation of the row rules, used by :func:`load_tasks` and
+    :func:`marti_env.tasks.load_hf_dataset` (see :func:`tasks_from_rows` for the arguments).
+
+    With ``on_error="skip"``, a malformed row (or a duplicate id on a differing row) is left
+    out and counted, and if any was, a :class:`TaskDataWarning` names ``origin`` (default
+    ``name``), the count and the first problems.
+    """
+    _check_on_error(on_error)
     tasks: list[Task] = []
     seen: dict[str, Task] = {}
     occurrences: dict[str, int] = {}
-    gsm8k: bool | None = None  # decided by the first row
+    problems: list[str] = []
+    skipped = 0
+    total = 0
+    gsm8k: list[bool] = []  # decided by the first row whose answer is read
     for index, (where, data) in enumerate(rows):
-        row = _Row(where, index, data)
-        if not isinstance(row.data, Mapping):
-            raise TaskDataError(row.where, f"not an object (got {type(row.data).__name__})")
-        prompt = _prompt(row, prompt_field)
-        field = answer_field or "answer"
-        if field not in row.data:
-            raise TaskDataError(row.where, f"missing field {field!r}")
-        raw_answer = row.data[field]
-        if gsm8k is None:
-            gsm8k = isinstance(raw_answer, str) and GSM8K_MARKER in raw_answer
-        answer = _gsm8k_answer(row, raw_answer) if gsm8k else _answer(row, field, raw_answer)
-        task = Task(id=_id(row, name), prompt=prompt, answer=answer, source=_source(row, name))
-        if task.id in seen:
-            first = seen[task.id]
-            if (first.prompt, first.answer, first.source) != (
-                task.prompt,
-                task.answer,
-                task.source,
-            ):
-                raise TaskDataError(row.where, f"duplicate id {task.id!r} on a different row")
-            occurrences[task.id] += 1
-            task = replace(task, id=f"{task.id}#{occurrences[task.id]}")
-            if task.id in seen:
-                raise TaskDataError(row.where, f"duplicate id {task.id!r}")
-        seen[task.id] = task
-        occurrences.setdefault(task.id, 1)
+        total += 1
+        try:
+            task = _row_task(_Row(where, index, data), name, prompt_field, answer_field, gsm8k)
+            task = _unique(task, where, seen, occurrences)
+        except TaskDataError as err:
+            if on_error == "raise":
+                raise
+            skipped += 1
+            if len(problems) < MAX_PROBLEMS:
+                problems.append(str(err))
+            continue
         tasks.append(task)
-    return tasks
+    if skipped:
+        more = f"; first {len(problems)}" if skipped > len(problems) else ""
+        warnings.warn(
+            f"{origin or name}: skipped {skipped} of {total} rows (on_error='skip'){more}: "
+            + "; ".join(problems),
+            TaskDataWarning,
+            stacklevel=2,
+        )
+    return LoadedTasks(tasks, skipped, tuple(problems))
+
+
+def _row_task(
+    row: _Row,
+    name: str,
+    prompt_field: str | None,
+    answer_field: str | None,
+    gsm8k: list[bool],
+) -> Task:
+    if isinstance(row.data, _Unreadable):
+        raise TaskDataError(row.where, row.data.problem)
+    if not isinstance(row.data, Mapping):
+        raise TaskDataError(row.where, f"not an object (got {type(row.data).__name__})")
+    prompt = _prompt(row, prompt_field)
+    field = answer_field or "answer"
+    if field not in row.data:
+        raise TaskDataError(row.where, f"missing field {field!r}")
+    raw_answer = row.data[field]
+    if not gsm8k:
+        gsm8k.append(isinstance(raw_answer, str) and GSM8K_MARKER in raw_answer)
+    answer = _gsm8k_answer(row, raw_answer) if gsm8k[0] else _answer(row, field, raw_answer)
+    return Task(id=_id(row, name), prompt=prompt, answer=answer, source=_source(row, name))
+
+
+def _unique(task: Task, where: str, seen: dict[str, Task], occurrences: dict[str, int]) -> Task:
+    """``task``, renamed ``<id>#<k>`` if it repeats an identical earlier row; records it."""
+    if task.id in seen:
+        first = seen[task.id]
+        if (first.prompt, first.answer, first.source) != (task.prompt, task.answer, task.source):
+            raise TaskDataError(where, f"duplicate id {task.id!r} on a different row")
+        task = replace(task, id=f"{task.id}#{occurrences[task.id] + 1}")
+        if task.id in seen:
+            raise TaskDataError(where, f"duplicate id {task.id!r}")
+        occurrences[first.id] += 1
+    seen[task.id] = task
+    occurrences.setdefault(task.id, 1)
+    return task
 
 
 def check_limit(limit: int | None) -> None:
@@ -175,31 +314,63 @@ def check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}")
 
 
-def _jsonl_rows(path: Path, text: str) -> list[tuple[str, Any]]:
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+def _check_on_error(on_error: Any) -> None:
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _snippet(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _jsonl_rows(path: Path, data: bytes) -> list[tuple[str, Any]]:
+    """One row per non-blank line; lines end at ``\\n`` only (a raw U+2028 inside a JSON
+    string is not a line break), a ``\\r`` before it and a leading BOM are dropped."""
+    rows: list[tuple[str, Any]] = []
+    for number, raw in enumerate(data.removeprefix(_BOM).split(b"\n"), start=1):
+        raw = raw.removesuffix(b"\r")
+        if not raw.strip():
             continue
         where = f"{path}:{number}"
         try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            bad = raw[err.start]
+            rows.append(
+                (where, _Unreadable(f"not valid UTF-8 (byte 0x{bad:02x} at byte {err.start + 1})"))
+            )
+            continue
+        try:
             rows.append((where, json.loads(line)))
         except json.JSONDecodeError as err:
-            raise TaskDataError(where, f"bad JSON at line {number}: {err.msg}") from None
+            rows.append(
+                (where, _Unreadable(f"bad JSON ({err.msg}, column {err.colno}): {_snippet(line)}"))
+            )
     return rows
 
 
-def _json_rows(path: Path, text: str) -> list[tuple[str, Any]]:
+def _json_rows(path: Path, data: bytes) -> list[tuple[str, Any]]:
     try:
-        data = json.loads(text)
+        text = data.removeprefix(_BOM).decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise TaskDataError(
+            f"{path}:{line}", f"not valid UTF-8 (byte 0x{data[err.start]:02x})"
+        ) from None
+    try:
+        rows = json.loads(text)
     except json.JSONDecodeError as err:
         raise TaskDataError(
-            str(path), f"bad JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+            f"{path}:{err.lineno}", f"bad JSON ({err.msg}, column {err.colno})"
         ) from None
-    if not isinstance(data, list):
+    if not isinstance(rows, list):
         raise TaskDataError(
-            str(path), f"expected a JSON list of objects, got {type(data).__name__}"
+            str(path), f"expected a JSON list of objects, got {type(rows).__name__}"
         )
-    return [(f"{path}: row {i}", row) for i, row in enumerate(data)]
+    return [(f"{path}: row {i}", row) for i, row in enumerate(rows)]
 
 
 def _prompt(row: _Row, prompt_field: str | None) -> str:

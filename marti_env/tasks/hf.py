@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from marti_env.tasks.files import TaskDataError, check_limit, tasks_from_rows
+from marti_env.tasks.files import LoadedTasks, OnError, TaskDataError, check_limit, convert_rows
 from marti_env.tasks.task import Task
 
-__all__ = ["load_hf_dataset"]
+__all__ = ["load_hf_dataset", "read_hf_dataset"]
 
 
 def load_hf_dataset(
@@ -23,6 +23,7 @@ def load_hf_dataset(
     limit: int | None = None,
     *,
     config: str | None = None,
+    on_error: OnError = "raise",
     **load_kwargs: Any,
 ) -> list[Task]:
     """Load one split of a Hugging Face dataset as tasks.
@@ -45,12 +46,39 @@ def load_hf_dataset(
         answer_field: Column holding the answer (default: ``answer``).
         limit: Read at most this many rows (the first ones); ``None`` reads all.
         config: The dataset configuration (``load_dataset``'s ``name``), e.g. ``"main"``.
+        on_error: ``"raise"`` (default) or ``"skip"`` malformed rows, with a warning (see
+            :mod:`marti_env.tasks.files`); :func:`read_hf_dataset` also returns the count.
         **load_kwargs: Passed on to ``datasets.load_dataset``.
 
     Raises:
         ImportError: ``datasets`` is not installed.
         TaskDataError: A malformed row, or a ``save_to_disk`` directory without ``split``.
     """
+    return read_hf_dataset(
+        name,
+        split,
+        prompt_field,
+        answer_field,
+        limit,
+        config=config,
+        on_error=on_error,
+        **load_kwargs,
+    ).tasks
+
+
+def read_hf_dataset(
+    name: str,
+    split: str = "test",
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+    limit: int | None = None,
+    *,
+    config: str | None = None,
+    on_error: OnError = "raise",
+    **load_kwargs: Any,
+) -> LoadedTasks:
+    """:func:`load_hf_dataset`, returning the tasks with the count and first problems of
+    the rows ``on_error="skip"`` left out."""
     check_limit(limit)
     try:
         import datasets
@@ -76,4 +104,11 @@ def load_hf_dataset(
     if limit is not None and limit < len(data):
         data = data.select(range(limit))
     rows = ((f"{label}: row {i}", row) for i, row in enumerate(data))
-    return tasks_from_rows(rows, name=label, prompt_field=prompt_field, answer_field=answer_field)
+    return convert_rows(
+        rows,
+        name=label,
+        prompt_field=prompt_field,
+        answer_field=answer_field,
+        on_error=on_error,
+        origin=label,
+    )

@@ -10,14 +10,22 @@ a ``TaskSource``                  itself
 a list / tuple of ``Task``        ``ListTasks(tasks, name="tasks")``
 ``"arithmetic"``                  ``ArithmeticTasks()`` (levels 1-2, train split)
 ``{"type": "arithmetic", ...}``   ``ArithmeticTasks(**rest)`` (seed, levels, size, split)
-``{"type": "file", "path": p}``   ``load_tasks(p, ...)`` (also prompt_field, answer_field)
-``{"type": "hf", "name": n}``     ``load_hf_dataset(n, ...)`` (split, config, fields)
+``{"type": "file", "path": p}``   ``load_tasks(p, ...)`` (also prompt_field, answer_field,
+                                  on_error)
+``{"type": "hf", "name": n}``     ``load_hf_dataset(n, ...)`` (split, config, fields,
+                                  on_error)
 ``"path/to/file.json[l]"``        ``load_tasks(path)``
 a benchmark name (``"amc"``)      the shared file under :func:`data_dir` (see
                                   ``BENCHMARKS``)
 ``"hf:<name>[:<split>]"``         ``load_hf_dataset(name, split)`` (split default
                                   ``"test"``)
 ================================  ======================================================
+
+Malformed rows raise :class:`~marti_env.tasks.TaskDataError` naming ``file:line`` and the
+problem. ``"on_error": "skip"`` in a ``file`` or ``hf`` dict leaves them out instead: a
+:class:`~marti_env.tasks.files.TaskDataWarning` names the file and the count, and the
+source keeps them for the run's metadata: ``source.skipped`` (how many rows) and
+``source.skipped_problems`` (the first few, ``"path:LINE: problem"``).
 """
 
 from __future__ import annotations
@@ -32,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from marti_env.tasks.files import load_tasks
-from marti_env.tasks.hf import load_hf_dataset
+from marti_env.tasks.files import LoadedTasks, load_tasks, read_task_file
+from marti_env.tasks.hf import load_hf_dataset, read_hf_dataset
 from marti_env.tasks.task import Task
 
 __all__ = ["BENCHMARKS", "DATA_DIR_ENV", "ListTasks", "TaskSource", "data_dir", "make_task_source"]
@@ -56,8 +64,8 @@ an id get ``<short name>/<row index>`` (e.g. ``"gsm8k/test/17"``)."""
 
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "arithmetic": ("seed", "levels", "size", "split"),
-    "file": ("path", "prompt_field", "answer_field"),
-    "hf": ("name", "split", "config", "prompt_field", "answer_field"),
+    "file": ("path", "prompt_field", "answer_field", "on_error"),
+    "hf": ("name", "split", "config", "prompt_field", "answer_field", "on_error"),
 }
 _REQUIRED_KEYS = {"file": ("path",), "hf": ("name",)}
 
@@ -72,6 +80,10 @@ class TaskSource(ABC):
 
     name: str
     """A short human-readable description (used in logs and errors)."""
+    skipped: int = 0
+    """Rows of the underlying file or dataset left out by ``on_error="skip"``."""
+    skipped_problems: tuple[str, ...] = ()
+    """The first few of them, ``"path:LINE: problem"``."""
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -104,13 +116,22 @@ class ListTasks(TaskSource):
     Args:
         tasks: At least one task; ids must be unique.
         name: Description of where the tasks came from.
+        skipped: Rows of that origin left out by ``on_error="skip"`` (kept for metadata).
+        skipped_problems: The first few of them, ``"path:LINE: problem"``.
 
     Raises:
         ValueError: ``tasks`` is empty or has a duplicate id.
         TypeError: An element is not a :class:`Task`.
     """
 
-    def __init__(self, tasks: Sequence[Task], name: str) -> None:
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        name: str,
+        *,
+        skipped: int = 0,
+        skipped_problems: Sequence[str] = (),
+    ) -> None:
         tasks = tuple(tasks)
         if not tasks:
             raise ValueError(f"task source {name!r} has no tasks")
@@ -123,6 +144,29 @@ class ListTasks(TaskSource):
             seen.add(task.id)
         self._tasks = tasks
         self.name = name
+        self.skipped = skipped
+        self.skipped_problems = tuple(skipped_problems)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedTasks, name: str) -> ListTasks:
+        """The tasks of a :class:`~marti_env.tasks.files.LoadedTasks`, with its skip count.
+
+        Raises:
+            ValueError: no task is left (every row was skipped: the message has the first
+                problems).
+        """
+        if not loaded.tasks and loaded.skipped:
+            raise ValueError(
+                f"task source {name!r} has no tasks: all {loaded.skipped} rows were skipped "
+                f"(on_error='skip'); first problems: {'; '.join(loaded.problems)}"
+            )
+        return cls(loaded.tasks, name, skipped=loaded.skipped, skipped_problems=loaded.problems)
+
+    def with_tasks(self, tasks: Sequence[Task]) -> ListTasks:
+        """Other tasks of the same origin (a head, a filtered list): name and skip count kept."""
+        return ListTasks(
+            tasks, self.name, skipped=self.skipped, skipped_problems=self.skipped_problems
+        )
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -199,7 +243,10 @@ def _head(source: TaskSource, limit: int) -> TaskSource:
 
     if isinstance(source, ArithmeticTasks):
         return source.with_size(limit)
-    return ListTasks([source[i] for i in range(limit)], name=source.name)
+    head = [source[i] for i in range(limit)]
+    if isinstance(source, ListTasks):
+        return source.with_tasks(head)
+    return ListTasks(head, name=source.name)
 
 
 def _benchmark(short: str, limit: int | None) -> TaskSource:
@@ -246,10 +293,11 @@ def _from_dict(spec: Mapping[str, Any], limit: int | None) -> TaskSource:
         return ArithmeticTasks(**rest)
     if kind == "file":
         path = rest.pop("path")
-        return ListTasks(load_tasks(path, limit, **rest), name=str(path))
+        return ListTasks.from_loaded(read_task_file(path, limit, **rest), name=str(path))
     name = rest.pop("name")
     split = rest.pop("split", "test")
-    return ListTasks(load_hf_dataset(name, split, limit=limit, **rest), name=f"hf:{name}:{split}")
+    loaded = read_hf_dataset(name, split, limit=limit, **rest)
+    return ListTasks.from_loaded(loaded, name=f"hf:{name}:{split}")
 
 
 def _unknown_spec_message(spec: Any) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marti_env.workflows.base import Request, Workflow, clip_middle
+from marti_env.workflows.base import Request, Workflow, clip_middle, defuse_markers
 from marti_env.workflows.chain import ChainOfAgents
 from marti_env.workflows.mad import Debate
 from marti_env.workflows.majority import MajorityVote
@@ -25,5 +25,6 @@ __all__ = [
     "Single",
     "Workflow",
     "clip_middle",
+    "defuse_markers",
     "majority_vote",
 ]

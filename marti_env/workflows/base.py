@@ -8,6 +8,9 @@ is the thin PettingZoo adapter that drives any workflow.
 
 from __future__ import annotations
 
+import copy
+import functools
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +45,50 @@ def clip_middle(text: str, max_chars: int) -> str:
     return text[:head] + note + text[len(text) - (max_chars - head) :]
 
 
+# Chat-template control tokens: the ``<|name|>`` family (ChatML, Llama 3, Phi, Qwen,
+# SmolLM2: ``<|im_start|>``, ``<|eot_id|>``), Gemma's turn tokens, Llama 2's and Mistral's.
+_CHAT_TOKENS = re.compile(
+    r"<\|[^|<>\s]{1,64}\|>|</?(?:start|end)_of_turn>|\[/?INST\]|<</?SYS>>|</?s>",
+    re.IGNORECASE,
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _marker_lines(labels: tuple[str, ...], headings: tuple[str, ...]) -> re.Pattern[str] | None:
+    forms = [rf"{re.escape(label)}[ \t]*[0-9]+[ \t]*:" for label in labels]
+    forms += [re.escape(heading) for heading in headings]
+    if not forms:
+        return None
+    return re.compile(rf"^(?=[ \t]*(?:{'|'.join(forms)}))", re.MULTILINE | re.IGNORECASE)
+
+
+def defuse_markers(text: str, labels: Sequence[str] = (), headings: Sequence[str] = ()) -> str:
+    """``text`` with whatever imitates the transcript's own structure made inert.
+
+    What an agent is shown of another agent's response sits between the env's own markers:
+    the labels :func:`numbered` writes (``Response 2:``) and the headings of the prompt
+    template (``Proposed solution:``, ``A reviewer's critique of it:``). A response that
+    writes such a marker at the start of a line would change how many responses the next
+    prompt seems to hold, or whose text a passage seems to be. Rules:
+
+    1. Every line whose first non-blank characters are a marker gets ``"> "`` in front
+       (quoted, so the marker no longer starts a line). A marker is a label followed by a
+       number and a colon (``Response 12:``, spaces allowed around the number), or a
+       heading; both compared case-insensitively.
+    2. Chat-template control tokens get a space after their first character, so a
+       tokenizer cannot read them as special tokens (which would open a new chat turn):
+       ``<|im_start|>`` → ``< |im_start|>``. Covered: the ``<|name|>`` family (ChatML, Llama
+       3, Phi, Qwen, SmolLM2), ``<start_of_turn>``/``<end_of_turn>`` (Gemma),
+       ``[INST]``/``[/INST]``, ``<<SYS>>`` and ``<s>``/``</s>`` (Llama 2, Mistral).
+
+    Text without markers is returned unchanged. Linear time; never raises.
+    """
+    pattern = _marker_lines(tuple(labels), tuple(headings))
+    if pattern is not None:
+        text = pattern.sub("> ", text)
+    return _CHAT_TOKENS.sub(lambda m: m.group(0)[0] + " " + m.group(0)[1:], text)
+
+
 class Workflow(ABC):
     """Rules of a multi-agent workflow.
 
@@ -54,10 +101,17 @@ class Workflow(ABC):
         num_rounds: Number of rounds; every episode lasts exactly this many env steps.
         max_shared_chars: What an agent is shown of another's response is clipped to this
             many characters (head and tail kept).
+        labels: The labels :func:`numbered` writes before the responses this workflow
+            shows (``("Response",)``); lines of a shown response that imitate them are
+            defused (see :func:`defuse_markers`).
+        headings: The prompt templates' headings (``Prompts.headings()``), defused the
+            same way; the env sets them (:meth:`with_headings`).
     """
 
     name: ClassVar[str]
     templates: ClassVar[Mapping[str, frozenset[str]]]
+    labels: ClassVar[tuple[str, ...]] = ()
+    headings: tuple[str, ...] = ()
     agents: tuple[str, ...]
     num_rounds: int
 
@@ -104,8 +158,17 @@ class Workflow(ABC):
         return self.final_rule(self.rule_inputs(transcript), tie_order)
 
     def shown(self, turn: Turn) -> str:
-        """How a turn's response is shown to other agents."""
-        return clip_middle(turn.response, self.max_shared_chars)
+        """How a turn's response is shown to other agents: clipped (:func:`clip_middle`),
+        then with imitated markers defused (:func:`defuse_markers`)."""
+        return defuse_markers(
+            clip_middle(turn.response, self.max_shared_chars), self.labels, self.headings
+        )
+
+    def with_headings(self, headings: Sequence[str]) -> Workflow:
+        """A shallow copy of this workflow that also defuses ``headings`` in shown text."""
+        clone = copy.copy(self)
+        clone.headings = tuple(headings)
+        return clone
 
     @staticmethod
     def vote(answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:

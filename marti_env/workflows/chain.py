@@ -22,7 +22,10 @@ Arguments
     ``max_shared_chars``.
 
 Version history
-    v0: initial version.
+    v0: initial version. Amended without a new id: in what other agents are shown, lines
+    imitating the template headings (``Proposed solution:``, ...) and chat-template
+    control tokens are defused (:func:`~marti_env.workflows.base.defuse_markers`);
+    observations are unchanged for responses without them.
 """
 
 from __future__ import annotations

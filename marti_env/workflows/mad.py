@@ -28,7 +28,10 @@ Arguments
     ``num_agents`` (1..16), ``rounds`` (1..8), ``include_self`` (bool), ``max_shared_chars``.
 
 Version history
-    v0: initial version.
+    v0: initial version. Amended without a new id: in what other agents are shown, lines
+    imitating the ``Response k:`` labels and chat-template control tokens are defused
+    (:func:`~marti_env.workflows.base.defuse_markers`); observations are unchanged for
+    responses without them.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Debate(Workflow):
         "solve": frozenset({"problem"}),
         "debate": frozenset({"problem", "responses", "num_responses"}),
     }
+    labels = ("Response",)
 
     def __init__(
         self,
@@ -92,7 +96,7 @@ class Debate(Workflow):
             "debate",
             {
                 "problem": task.prompt,
-                "responses": numbered(shown, "Response"),
+                "responses": numbered(shown, self.labels[0]),
                 "num_responses": str(len(shown)),
             },
         )

@@ -18,7 +18,10 @@ Arguments
     ``num_proposers`` (1..16), ``max_shared_chars``.
 
 Version history
-    v0: initial version.
+    v0: initial version. Amended without a new id: in what other agents are shown, lines
+    imitating the ``Proposal k:`` labels and chat-template control tokens are defused
+    (:func:`~marti_env.workflows.base.defuse_markers`); observations are unchanged for
+    responses without them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class MixtureOfAgents(Workflow):
         "solve": frozenset({"problem"}),
         "aggregate": frozenset({"problem", "proposals", "num_proposals"}),
     }
+    labels = ("Proposal",)
     num_rounds = 2
 
     def __init__(self, num_proposers: int = 3, max_shared_chars: int = 6000) -> None:
@@ -71,7 +75,7 @@ class MixtureOfAgents(Workflow):
             "aggregate",
             {
                 "problem": task.prompt,
-                "proposals": numbered([self.shown(proposals[i]) for i in order], "Proposal"),
+                "proposals": numbered([self.shown(proposals[i]) for i in order], self.labels[0]),
                 "num_proposals": str(len(proposals)),
             },
         )
