@@ -6,6 +6,9 @@
 >>> sorted(obs)
 ['debater_0', 'debater_1']
 
+``marti_env.make_vec(env_id, num_envs, group_size)`` steps many envs together for a custom
+RL loop (:mod:`marti_env.vector`).
+
 This package never imports torch, transformers, vllm, deepspeed or ray.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from marti_env import credit
 from marti_env.env import WorkflowEnv
-from marti_env.record import EpisodeRecord, Turn, read_jsonl, write_jsonl
+from marti_env.record import EpisodeRecord, Turn, TurnSample, read_jsonl, write_jsonl
 from marti_env.registry import (
     EnvSpec,
     make,
@@ -24,19 +27,24 @@ from marti_env.registry import (
     spec,
 )
 from marti_env.tasks import Task
+from marti_env.vector import AgentRequest, VecEnv, make_vec
 
 __version__ = "0.1.0"
 
 register_standard_envs()
 
 __all__ = [
+    "AgentRequest",
     "EnvSpec",
     "EpisodeRecord",
     "Task",
     "Turn",
+    "TurnSample",
+    "VecEnv",
     "WorkflowEnv",
     "credit",
     "make",
+    "make_vec",
     "pprint_registry",
     "read_jsonl",
     "register",

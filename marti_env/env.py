@@ -16,7 +16,9 @@ Protocol (every env of the suite)
   agent may see of other agents' responses), ready for a chat template.
 * **Action**: the agent's generation, any ``str`` (bytes are decoded as UTF-8 with
   replacement). Its answer is the last ``\\boxed{}``. Nothing an action contains can crash
-  the env; what other agents are shown of a response is clipped to ``max_shared_chars``.
+  the env; what other agents are shown of a response is clipped to ``max_shared_chars``,
+  and lines imitating the env's own markers (``Response 2:``, template headings,
+  chat-template tokens) are defused (:func:`marti_env.workflows.base.defuse_markers`).
 * **Rewards** are 0 on every step but the last. On the last step, the credit method (default
   ``none``: every turn earns the outcome) gives each turn a reward, and ``rewards[a]`` is
   the sum of agent ``a``'s turn rewards (its episode return). Per-turn rewards are in the
@@ -24,14 +26,17 @@ Protocol (every env of the suite)
 * **Episode record**: ``infos[a]["episode"]`` on the last step, the same
   :class:`~marti_env.record.EpisodeRecord` for every agent, with the full transcript,
   verifier scores, final answer, outcome and credited rewards.
-* **Reset options**: ``{"task": Task}`` poses a given task; other keys are ignored with a
-  warning (PettingZoo's conformance tests pass made-up options).
+* **Reset options**: ``{"task": Task}`` poses a given task. Other keys are ignored, as
+  Gymnasium's envs ignore options they do not know (PettingZoo's conformance tests pass a
+  made-up ``{"options": 1}``); a key that looks like a misspelt ``task`` (``tsak``,
+  ``tasks``) warns, since the episode would otherwise silently draw a random task.
 * **Seeding**: ``reset(seed=s)`` fixes the task drawn, the seeded shuffles of shown
   responses and the vote's tie order; ``reset(options={"task": task})`` poses a given task.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import warnings
 from collections.abc import Mapping
@@ -65,6 +70,8 @@ class WorkflowEnv(ParallelEnv):
         reward: Scores one response against the task (the per-turn verifier score), or
             ``None`` for label-free (TTRL) scoring: each turn is scored against the
             majority answer of the episode's turns, computed when the episode ends.
+        label_free_reward: With ``reward=None``, what scores a turn against that majority
+            answer (default ``MathReward()``); ignored otherwise.
         credit: Turns the finished episode into per-turn rewards.
         max_response_chars: Upper bound of the action space. Longer actions are still
             accepted and recorded in full.
@@ -81,6 +88,7 @@ class WorkflowEnv(ParallelEnv):
         credit: CreditMethod,
         max_response_chars: int = 32_768,
         render_mode: str | None = None,
+        label_free_reward: Reward | None = None,
     ) -> None:
         if render_mode not in (None, "ansi", "human"):
             raise ValueError(f"render_mode must be None, 'ansi' or 'human', got {render_mode!r}")
@@ -90,10 +98,14 @@ class WorkflowEnv(ParallelEnv):
             "is_parallelizable": True,
         }
         self.env_id = env_id
-        self.workflow = workflow
+        # Lines of shown responses that imitate the templates' headings are defused.
+        self.workflow = workflow.with_headings(prompts.headings())
         self.prompts = prompts
         self.tasks = tasks
         self.reward = reward
+        self.label_free_reward = (
+            label_free_reward if label_free_reward is not None else MathReward()
+        )
         self.credit = credit
         self.render_mode = render_mode
         self.possible_agents = list(workflow.agents)
@@ -133,13 +145,36 @@ class WorkflowEnv(ParallelEnv):
     def reset(
         self, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[dict[str, dict], dict[str, dict]]:
+        """Start an episode: pose a task and return round 0's observations.
+
+        Args:
+            seed: Seeds the env's generator (the task drawn, the shuffles of shown
+                responses, the vote's tie order). ``None`` keeps the generator's state
+                (a fresh, unseeded one on the first reset).
+            options: ``{"task": Task}`` poses that task instead of drawing one from the
+                env's task source (e.g. ``ArithmeticTasks(split="test")[k]``: run the
+                same task ``n`` times for a GRPO group; :func:`marti_env.make_vec` does
+                it for you). Other keys are ignored; a misspelt ``task`` warns.
+
+        Returns:
+            ``(observations, infos)`` for every agent of ``possible_agents``:
+            ``observations[a] = {"messages": (...)}`` (no messages for an agent that does
+            not act in round 0) and ``infos[a] = {"active": bool, "round": 0, "role":
+            str}``. ``env.active_agents`` lists the agents that must answer.
+
+        Raises:
+            TypeError: ``options["task"]`` is not a :class:`Task`.
+            ValueError: the task has no reference answer and the reward needs one.
+        """
         if seed is not None or self._rng is None:
             self._rng = np.random.default_rng(seed)
         options = dict(options or {})
         task = options.pop("task", None)
-        if options:  # PettingZoo's api tests pass made-up options: warn, don't raise
+        misspelt = [k for k in options if _looks_like(k, "task")]
+        if misspelt:
             warnings.warn(
-                f"{self.env_id}: ignoring unknown reset option(s) {sorted(options)}; known: task",
+                f"{self.env_id}: ignoring unknown reset option(s) {sorted(misspelt)}; did you "
+                "mean 'task'? The episode draws a random task",
                 stacklevel=2,
             )
         if task is None:
@@ -164,7 +199,33 @@ class WorkflowEnv(ParallelEnv):
         self._prepare_round()
         return self._observations(), self._infos()
 
-    def step(self, actions: Mapping[str, Any]):
+    def step(
+        self, actions: Mapping[str, Any]
+    ) -> tuple[
+        dict[str, dict], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]
+    ]:
+        """Play one round: every active agent's response, then the next round's prompts.
+
+        Args:
+            actions: ``{agent: response}`` with a ``str`` (or UTF-8 ``bytes``) for every
+                agent in ``env.active_agents``; actions of inactive agents (any value,
+                e.g. ``""``) are ignored, so ``{a: ... for a in env.agents}`` works.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``, dicts keyed by
+            the agents that were live before the step. Before the last round: the next
+            round's observations and infos (as :meth:`reset`'s), rewards 0, all flags
+            False. On the last round: every agent terminated (nothing is ever truncated),
+            ``rewards[a]`` is agent ``a``'s return (the sum of its turns' credited
+            rewards), observations have no messages, ``infos[a]["episode"]`` is the
+            :class:`~marti_env.record.EpisodeRecord`, and ``env.agents`` becomes empty.
+
+        Raises:
+            RuntimeError: the episode has ended (call :meth:`reset`).
+            ValueError: an action for an unknown agent, or none for an active agent (named,
+                with the round).
+            TypeError: an active agent's action is not ``str``/``bytes``.
+        """
         if not self.agents:
             raise RuntimeError(f"{self.env_id}: step() called on a finished episode; call reset()")
         record = self._record
@@ -229,7 +290,7 @@ class WorkflowEnv(ParallelEnv):
         if self.reward is None:  # label-free: the majority answer is the pseudo-label
             pseudo = majority_answer([t.answer for t in record.turns])
             task = Task(task.id, task.prompt, pseudo, task.source)
-            scorer = MathReward()
+            scorer = self.label_free_reward
             for turn in record.turns:
                 turn.score = scorer.score(task, turn.response) if pseudo is not None else 0.0
         else:
@@ -286,6 +347,16 @@ class WorkflowEnv(ParallelEnv):
 
     def close(self) -> None:
         pass
+
+
+def _looks_like(key: Any, known: str) -> bool:
+    """True if reset option ``key`` looks like a misspelling of ``known``: equal ignoring
+    case and a trailing ``s``, or ``difflib``'s similarity ratio >= 0.6 (its default cutoff
+    for close matches: ``tsak``, ``taks``)."""
+    if not isinstance(key, str):
+        return False
+    folded = key.lower().rstrip("s")
+    return folded == known or difflib.SequenceMatcher(None, key.lower(), known).ratio() >= 0.6
 
 
 def _as_text(action: Any, agent: str) -> str:

@@ -82,6 +82,55 @@ class Turn:
         )
 
 
+@dataclass(frozen=True)
+class TurnSample:
+    """One agent turn as a training row: what a per-turn policy gradient needs.
+
+    :meth:`EpisodeRecord.samples` and :meth:`marti_env.vector.VecEnv.pop_samples` build
+    them. They carry the fields the built-in trainer's rows
+    (``marti_trainer.rollout.Sample``) use for advantage groups, with the same meaning, so
+    ``marti_trainer.rollout.group_key_of(row, group_by)`` groups both kinds alike.
+
+    Attributes:
+        env: Index of the env in its vector env (0 for a lone env).
+        group: Index of the group of envs that shared the task in that reset (``env //
+            group_size``; 0 for a lone env).
+        task_id: The episode's task id.
+        agent: The agent's name, e.g. ``"debater_1"``.
+        role: The agent's role, e.g. ``"debater"``.
+        round: The round (env step) in which the agent acted, 0-based.
+        turn_index: Position of the turn in the episode (``Turn.index``).
+        messages: The chat messages the agent answered (its observation: the prompt).
+        response: Its full response (the action).
+        reward: The reward the env's credit method gave the turn (``Turn.reward``).
+        score: The verifier score of the turn's answer, in [0, 1].
+    """
+
+    env: int
+    group: int
+    task_id: str
+    agent: str
+    role: str
+    round: int
+    turn_index: int
+    messages: tuple[Message, ...]
+    response: str
+    reward: float
+    score: float
+
+    @property
+    def group_key(self) -> tuple[str, str, int]:
+        """``(task_id, agent, turn_index)``: MARTI's advantage group, as
+        ``marti_trainer.rollout.Sample.group_key``."""
+        return (self.task_id, self.agent, self.turn_index)
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        """``(env, agent, round)``: equal to the ``key`` of the request it answered
+        (:class:`marti_env.vector.AgentRequest`), to join a row with its generation."""
+        return (self.env, self.agent, self.round)
+
+
 @dataclass
 class EpisodeRecord:
     """A finished (or running) episode.
@@ -112,6 +161,33 @@ class EpisodeRecord:
         """The turns ``agent`` took, in order."""
         return [t for t in self.turns if t.agent == agent]
 
+    def samples(self, env: int = 0, group: int = 0) -> list[TurnSample]:
+        """One :class:`TurnSample` per turn, in turn order: the per-turn training rows.
+
+        Rewards are the credited ones, so call it on a finished episode (before the last
+        step every turn's reward is still 0).
+
+        Args:
+            env: The env index the rows carry (its position in a vector env).
+            group: The group index the rows carry (envs that shared the task).
+        """
+        return [
+            TurnSample(
+                env=env,
+                group=group,
+                task_id=self.task.id,
+                agent=t.agent,
+                role=t.role,
+                round=t.round,
+                turn_index=t.index,
+                messages=t.messages,
+                response=t.response,
+                reward=t.reward,
+                score=t.score,
+            )
+            for t in self.turns
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "env_id": self.env_id,
@@ -138,7 +214,17 @@ class EpisodeRecord:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False)
+        """One JSON line. Non-ASCII text is written as is, unless the record holds text no
+        UTF-8 file can store (a lone surrogate such as ``"\\ud800"``, which a tokenizer's
+        decode can produce): then the whole line uses ASCII escapes, which read back to the
+        same strings."""
+        data = self.to_dict()
+        text = json.dumps(data, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(data)
+        return text
 
 
 def write_jsonl(records: Iterable[EpisodeRecord], path: str | Path, append: bool = True) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -169,6 +170,11 @@ def test_reset_options_validated():
     env = marti_env.make("single-v0")
     with pytest.warns(UserWarning, match="tsak"):
         env.reset(seed=0, options={"tsak": TASKS[0]})
+    with pytest.warns(UserWarning, match="did you mean 'task'"):
+        env.reset(seed=0, options={"tasks": TASKS[0]})
+    with warnings.catch_warnings():  # an option the env does not know is ignored, silently
+        warnings.simplefilter("error")
+        env.reset(seed=0, options={"options": 1, "seed_offset": 3})
 
 
 def test_aec_form_drives_to_the_end():
