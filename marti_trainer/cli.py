@@ -1,4 +1,4 @@
-"""The ``marti`` command line: ``marti envs | eval | train | bench``.
+"""The ``marti`` command line: ``marti envs | eval | train | bench | export | checkpoint``.
 
 Each subcommand lives in its own module and imports its heavy dependencies (torch,
 transformers, vllm, ray) only when it runs, so ``marti envs`` answers instantly.
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     from marti_trainer.train_cli import add_train_parser
 
     add_train_parser(sub)
+    from marti_trainer.checkpoint_cli import add_checkpoint_parsers
+
+    add_checkpoint_parsers(sub)
     return parser
 
 
@@ -47,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"marti {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -22,15 +22,17 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
+from marti_trainer.config_schema import ConfigError, Range, Section, setting
 from marti_trainer.distributed.config import DistributedConfig
 
 __all__ = [
     "DEVICE_PATTERN",
     "AlgorithmConfig",
+    "BuiltEnv",
     "ConfigError",
     "EnvConfig",
     "EvalConfig",
@@ -45,15 +47,6 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """An invalid configuration: unknown key, wrong type or incompatible values."""
-
-
-def _f(default: Any, help: str) -> Any:
-    """``field(default=default, metadata={"help": help})`` for an immutable default."""
-    return field(default=default, metadata={"help": help})
-
-
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 """Accepted values of ``model.device`` (and ``marti eval --device``)."""
 
@@ -64,15 +57,17 @@ def _require(ok: bool, message: str) -> None:
 
 
 @dataclass
-class EnvConfig:
-    id: str = _f("mad-v0", "Registered environment id (see `marti envs`).")
+class EnvConfig(Section):
+    section: ClassVar[str] = "env"
+
+    id: str = setting("mad-v0", "Registered environment id (see `marti envs`).")
     kwargs: dict[str, Any] = field(
         default_factory=dict,
         metadata={
             "help": "Arguments for marti_env.make (e.g. {num_agents: 2}); the env checks them."
         },
     )
-    credit: str = _f("none", "Credit-assignment method name (marti_env.credit registry).")
+    credit: str = setting("none", "Credit-assignment method name (marti_env.credit registry).")
     credit_kwargs: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "Options of the credit method (e.g. {alpha: 0.5})."}
     )
@@ -90,77 +85,153 @@ class EnvConfig:
         metadata={"help": "Held-out task source spec, evaluated greedily."},
     )
 
+    def build(self) -> BuiltEnv:
+        """The env (a probe instance), the credit method and both task sources, built from
+        these settings without any model; an unknown id, argument, method, task-source key
+        or a missing file is a :class:`ConfigError` naming its key."""
+        import marti_env
+        from marti_env.credit import make_credit
+        from marti_env.tasks import make_task_source
+
+        built = {}
+        checks = (
+            ("probe", "env.id/env.kwargs", lambda: marti_env.make(self.id, **self.kwargs)),
+            ("credit", "env.credit/env.credit_kwargs",
+             lambda: make_credit(self.credit, **self.credit_kwargs)),
+            ("train_tasks", "env.train_tasks", lambda: make_task_source(self.train_tasks)),
+            ("eval_tasks", "env.eval_tasks", lambda: make_task_source(self.eval_tasks)),
+        )  # fmt: skip
+        for name, key, make in checks:
+            try:
+                built[name] = make()
+            except (ValueError, TypeError, KeyError, OSError) as e:
+                raise ConfigError(f"'{key}': {e}") from None
+        return BuiltEnv(**built)
+
 
 @dataclass
-class ModelConfig:
-    name: str = _f("smollm2-135m-instruct", "Model alias, local directory or cached Hub id.")
-    sharing: Literal["shared", "per_agent", "lora"] = _f(
+class BuiltEnv:
+    """What :meth:`EnvConfig.build` makes: the pieces a run needs before any model."""
+
+    probe: Any
+    credit: Any
+    train_tasks: Any
+    eval_tasks: Any
+
+
+@dataclass
+class ModelConfig(Section):
+    section: ClassVar[str] = "model"
+
+    name: str = setting("smollm2-135m-instruct", "Model alias, local directory or cached Hub id.")
+    sharing: Literal["shared", "per_agent", "lora"] = setting(
         "shared",
         "How agents map to weights: one shared model, one full model per agent, or one frozen "
         "base model with a LoRA adapter per agent.",
     )
-    lora_rank: int = _f(16, "LoRA rank r (sharing=lora).")
-    lora_alpha: float = _f(32.0, "LoRA scaling alpha (sharing=lora).")
+    lora_rank: int = setting(16, "LoRA rank r (sharing=lora).", Range(1, 4096))
+    lora_alpha: float = setting(
+        32.0, "LoRA scaling alpha (sharing=lora).", Range(0, 1e6, lo_open=True)
+    )
     lora_targets: list[str] = field(
         default_factory=lambda: [
             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
         ],
         metadata={"help": "Module names that get LoRA adapters (sharing=lora)."},
     )  # fmt: skip
-    gradient_checkpointing: bool = _f(False, "Recompute activations in backward (less memory).")
-    device: str = _f(
+    gradient_checkpointing: bool = setting(
+        False, "Recompute activations in backward (less memory)."
+    )
+    device: str = setting(
         "auto",
         "Where the trained model, its reference copy and an hf rollout copy live: auto (cuda "
         "when torch sees a GPU, else cpu), cpu, cuda or cuda:N. Under Ray each actor resolves "
         "auto against the GPUs Ray gave it. DeepSpeed places its model on its own accelerator.",
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            re.fullmatch(DEVICE_PATTERN, self.device) is not None,
+            f"'model.device' must be auto, cpu, cuda or cuda:N, got {self.device!r}",
+        )
+        _require(bool(self.name.strip()), "'model.name' must not be empty")
+        if self.name.startswith(("/", "./", "../", "~")):  # a path, not an alias or Hub id
+            _require(
+                Path(self.name).expanduser().is_dir(),
+                f"'model.name' is the path {self.name!r}, which is not a directory",
+            )
+        _require(bool(self.lora_targets), "'model.lora_targets' must name at least one module")
+
 
 @dataclass
-class RolloutConfig:
-    backend: Literal["hf", "vllm"] = _f("hf", "Generation backend of the rollout policies.")
-    dtype: Literal["float32", "bfloat16"] = _f(
+class RolloutConfig(Section):
+    section: ClassVar[str] = "rollout"
+
+    backend: Literal["hf", "vllm"] = setting("hf", "Generation backend of the rollout policies.")
+    dtype: Literal["float32", "bfloat16"] = setting(
         "bfloat16", "Weights of the rollout copy (the trainer keeps fp32 master weights)."
     )
-    tasks_per_step: int = _f(4, "Distinct tasks drawn per training step.")
-    n_samples: int = _f(8, "Episodes per task (the group size of GRPO-style estimators).")
-    temperature: float = _f(1.0, "Sampling temperature of training rollouts.")
-    top_p: float = _f(1.0, "Nucleus mass of training rollouts.")
-    max_tokens: int = _f(64, "Maximum new tokens per turn.")
-    batch_size: int = _f(64, "Rows decoded together by the hf backend.")
-    mode: Literal["sync", "async"] = _f("sync", "Rollout scheduling (see marti_trainer.rollout).")
+    tasks_per_step: int = setting(4, "Distinct tasks drawn per training step.", Range(1, 100_000))
+    n_samples: int = setting(
+        8, "Episodes per task (the group size of GRPO-style estimators).", Range(1, 10_000)
+    )
+    temperature: float = setting(
+        1.0, "Sampling temperature of training rollouts.", Range(0, 100, lo_open=True)
+    )
+    top_p: float = setting(1.0, "Nucleus mass of training rollouts.", Range(0, 1, lo_open=True))
+    max_tokens: int = setting(64, "Maximum new tokens per turn.", Range(1, 1_000_000))
+    batch_size: int = setting(64, "Rows decoded together by the hf backend.", Range(1, 100_000))
+    mode: Literal["sync", "async"] = setting(
+        "sync", "Rollout scheduling (see marti_trainer.rollout)."
+    )
 
 
 @dataclass
-class AlgorithmConfig:
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = _f(
-        "grpo", "Advantage estimator (marti_trainer.algorithms)."
+class AlgorithmConfig(Section):
+    section: ClassVar[str] = "algorithm"
+
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = (
+        setting("grpo", "Advantage estimator (marti_trainer.algorithms).")
     )
-    clip_low: float = _f(0.2, "PPO clip range below 1 (epsilon_low).")
-    clip_high: float = _f(0.28, "PPO clip range above 1 (epsilon_high; > clip_low = clip-higher).")
-    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = _f(
+    clip_low: float = setting(
+        0.2, "PPO clip range below 1 (epsilon_low).", Range(0, 1, hi_open=True)
+    )
+    clip_high: float = setting(
+        0.28, "PPO clip range above 1 (epsilon_high; > clip_low = clip-higher).", Range(0, 100)
+    )
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = setting(
         "token-mean", "How per-token losses are reduced."
     )
-    kl_coef: float = _f(0.0, "beta: weight of the KL to the initial policy (0 = no reference).")
-    kl_estimator: Literal["k1", "k2", "k3"] = _f("k3", "KL estimator for the KL loss term.")
-    kl_in_reward: bool = _f(
+    kl_coef: float = setting(
+        0.0, "beta: weight of the KL to the initial policy (0 = no reference).", Range(0, 1000)
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = setting("k3", "KL estimator for the KL loss term.")
+    kl_in_reward: bool = setting(
         False, "Apply the KL as a reward penalty (REINFORCE++) instead of a loss term."
     )
-    entropy_coef: float = _f(0.0, "Weight of an entropy bonus (subtracted from the loss).")
-    updates_per_batch: int = _f(
-        1, "Optimizer steps per rollout batch (mini-batches); > 1 recomputes old log-probs."
+    entropy_coef: float = setting(
+        0.0, "Weight of an entropy bonus (subtracted from the loss).", Range(0, 1000)
     )
-    gamma: float = _f(1.0, "Discount of REINFORCE++ returns.")
-    overlong_penalty: float = _f(
+    updates_per_batch: int = setting(
+        1,
+        "Optimizer steps per rollout batch (mini-batches); > 1 recomputes old log-probs.",
+        Range(1, 10_000),
+    )
+    gamma: float = setting(1.0, "Discount of REINFORCE++ returns.", Range(0, 1))
+    overlong_penalty: float = setting(
         0.0,
         "Weight of DAPO's soft overlong penalty added to each sample's reward: 0 up to "
         "rollout.max_tokens - overlong_buffer tokens, then a linear ramp to -weight at the cut "
         "(marti_trainer.algorithms.overlong_penalty). 0 = off.",
+        Range(0, 1000),
     )
-    overlong_buffer: int = _f(
-        8, "Tokens before rollout.max_tokens over which the overlong penalty ramps (>= 1)."
+    overlong_buffer: int = setting(
+        8,
+        "Tokens before rollout.max_tokens over which the overlong penalty ramps (>= 1).",
+        Range(1, 1_000_000),
     )
-    group_by: Literal["agent", "role"] = _f(
+    group_by: Literal["agent", "role"] = setting(
         "agent",
         "Advantage groups: 'agent' = one group per (task, agent, turn), as MARTI does; 'role' "
         "= one per (task, role, round), pooling the agents that share a role and a round (MAD's "
@@ -170,7 +241,7 @@ class AlgorithmConfig:
         "+18 points, mean +13.4, against +5 to +13, mean +10.0, by agent). Needs "
         "model.sharing=shared.",
     )
-    skip_zero_advantage: bool = _f(
+    skip_zero_advantage: bool = setting(
         True,
         "Leave samples whose advantage is 0 out of the forward/backward (they carry no gradient "
         "when kl_coef = entropy_coef = 0; the loss normaliser still counts them, so the update "
@@ -179,66 +250,97 @@ class AlgorithmConfig:
 
 
 @dataclass
-class OptimConfig:
-    engine: Literal["torch", "deepspeed"] = _f("torch", "Training engine.")
-    zero_stage: int = _f(0, "DeepSpeed ZeRO stage 0-3 (engine=deepspeed).")
-    precision: Literal["fp32", "bf16"] = _f(
+class OptimConfig(Section):
+    section: ClassVar[str] = "optim"
+
+    engine: Literal["torch", "deepspeed"] = setting("torch", "Training engine.")
+    zero_stage: int = setting(0, "DeepSpeed ZeRO stage 0-3 (engine=deepspeed).", Range(0, 3))
+    precision: Literal["fp32", "bf16"] = setting(
         "bf16", "bf16 = bf16 autocast over fp32 master weights; fp32 = full precision."
     )
-    lr: float = _f(1e-5, "Peak learning rate of AdamW.")
-    weight_decay: float = _f(0.0, "AdamW weight decay.")
-    betas: list[float] = field(
-        default_factory=lambda: [0.9, 0.999], metadata={"help": "AdamW betas."}
+    lr: float = setting(1e-5, "Peak learning rate of AdamW.", Range(0, 1, lo_open=True))
+    weight_decay: float = setting(0.0, "AdamW weight decay.", Range(0, 10))
+    betas: list[float] = setting(
+        help="AdamW betas.", range=Range(0, 1, hi_open=True), default_factory=lambda: [0.9, 0.999]
     )
-    eps: float = _f(1e-8, "AdamW epsilon.")
-    scheduler: Literal["constant", "linear", "cosine"] = _f("constant", "LR schedule after warmup.")
-    warmup_steps: int = _f(0, "Linear warmup optimizer steps.")
-    max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
-    micro_batch_tokens: int = _f(
+    eps: float = setting(1e-8, "AdamW epsilon.", Range(0, 1, lo_open=True))
+    scheduler: Literal["constant", "linear", "cosine"] = setting(
+        "constant", "LR schedule after warmup."
+    )
+    warmup_steps: int = setting(0, "Linear warmup optimizer steps.", Range(0, 10_000_000))
+    max_grad_norm: float = setting(1.0, "Gradient clipping norm (0 = off).", Range(0, 1e6))
+    micro_batch_tokens: int = setting(
         2048,
         "Token budget of one micro-batch (rows x padded length; with share_prompts, distinct "
         "prompts x prompt width + rows x response width); gradients accumulate. Activations "
         "dominate memory: SmolLM2-135M needs ~2 MB per token (fp32 master, bf16 autocast), so "
         "2048 tokens ~ 4-5 GB.",
+        Range(1, 100_000_000),
     )
-    share_prompts: bool = _f(
+    share_prompts: bool = setting(
         True,
         "Forward each distinct prompt of a micro-batch once and let every response that "
         "continues it attend to its key/value cache (the same loss and gradient; a group's "
         "samples share their prompt). Needs model.gradient_checkpointing=false.",
     )
 
-
-@dataclass
-class EvalConfig:
-    every: int = _f(0, "Evaluate every N steps (0 = only at start and end).")
-    at_start: bool = _f(True, "Evaluate before the first update.")
-    at_end: bool = _f(True, "Evaluate after the last update.")
-    max_tokens: int = _f(0, "Max new tokens at evaluation (0 = rollout.max_tokens).")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(len(self.betas) == 2, f"'optim.betas' must have two values, got {self.betas!r}")
 
 
 @dataclass
-class LogConfig:
-    output_dir: str = _f("runs", "Runs are written to output_dir/<run name>.")
-    tensorboard: bool = _f(True, "Also write TensorBoard event files.")
-    progress: bool = _f(True, "Show a tqdm progress bar.")
-    save_every: int = _f(0, "Checkpoint every N steps (0 = only at the end).")
-    keep_last: int = _f(2, "Checkpoints to keep (oldest removed).")
-    plots: bool = _f(True, "Write PNG plots of reward, accuracy and KL per agent at the end.")
-    transcripts: bool = _f(True, "Write episode records to transcripts.jsonl.")
-    ref_kl_samples: int = _f(
-        16,
-        "Samples per agent scored each step by the initial (reference) model for the metric "
-        "kl/<agent> = KL(current || initial) (0 = off; all samples when algorithm.kl_coef > 0).",
+class EvalConfig(Section):
+    section: ClassVar[str] = "eval"
+
+    every: int = setting(
+        0, "Evaluate every N steps (0 = only at start and end).", Range(0, 10_000_000)
+    )
+    at_start: bool = setting(True, "Evaluate before the first update.")
+    at_end: bool = setting(True, "Evaluate after the last update.")
+    max_tokens: int = setting(
+        0, "Max new tokens at evaluation (0 = rollout.max_tokens).", Range(0, 1_000_000)
     )
 
 
 @dataclass
-class TrainConfig:
-    exp_name: str = _f("run", "Experiment name; runs are named {env}__{exp}__{seed}__{time}.")
-    seed: int = _f(0, "Seed of data order, sampling and initialisation.")
-    total_steps: int = _f(10, "Training steps (one rollout batch and its updates each).")
-    run_name: str = _f("", "Fixed run name (default: generated); --resume reuses the directory.")
+class LogConfig(Section):
+    section: ClassVar[str] = "log"
+
+    output_dir: str = setting("runs", "Runs are written to output_dir/<run name>.")
+    tensorboard: bool = setting(True, "Also write TensorBoard event files.")
+    progress: bool = setting(True, "Show a tqdm progress bar.")
+    save_every: int = setting(
+        0, "Checkpoint every N steps (0 = only at the end).", Range(0, 10_000_000)
+    )
+    keep_last: int = setting(2, "Checkpoints to keep (oldest removed).", Range(1, 1000))
+    plots: bool = setting(True, "Write PNG plots of reward, accuracy and KL per agent at the end.")
+    transcripts: bool = setting(True, "Write training episode records to transcripts.jsonl.")
+    eval_transcripts: bool = setting(
+        True, "Write each held-out evaluation's episode records to eval/step_<N>.jsonl."
+    )
+    ref_kl_samples: int = setting(
+        16,
+        "Samples per agent scored each step by the initial (reference) model for the metric "
+        "kl/<agent> = KL(current || initial) (0 = off; all samples when algorithm.kl_coef > 0).",
+        Range(0, 1_000_000),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(bool(self.output_dir.strip()), "'log.output_dir' must not be empty")
+
+
+@dataclass
+class TrainConfig(Section):
+    exp_name: str = setting("run", "Experiment name; runs are named {env}__{exp}__{seed}__{time}.")
+    seed: int = setting(0, "Seed of data order, sampling and initialisation.", Range(0, 2**63 - 1))
+    total_steps: int = setting(
+        10, "Training steps (one rollout batch and its updates each).", Range(1, 10_000_000)
+    )
+    run_name: str = setting(
+        "", "Fixed run name (default: generated); --resume reuses the directory."
+    )
     env: EnvConfig = field(default_factory=EnvConfig, metadata={"help": "Environment and tasks."})
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "Model and sharing."})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "Sampling."})
@@ -251,44 +353,38 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # ranges of the top-level fields; each section checked its own
         r, a, o, m = self.rollout, self.algorithm, self.optim, self.model
-        _require(self.total_steps >= 1, "total_steps must be >= 1")
-        _require(self.seed >= 0, "seed must be >= 0")
-        _require(r.tasks_per_step >= 1 and r.n_samples >= 1, "rollout sizes must be >= 1")
-        _require(r.max_tokens >= 1 and r.batch_size >= 1, "rollout.max_tokens/batch_size >= 1")
-        _require(r.temperature > 0, "rollout.temperature must be > 0 for training rollouts")
-        _require(0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]")
         _require(
             r.n_samples >= 2 or a.advantage in ("reinforce_pp",),
             f"algorithm.advantage={a.advantage!r} compares samples within a group: "
-            "rollout.n_samples must be >= 2",
+            f"rollout.n_samples must be >= 2, got {r.n_samples}",
         )
-        _require(0 <= a.clip_low < 1 and a.clip_high >= 0, "clip_low in [0, 1), clip_high >= 0")
-        _require(a.kl_coef >= 0 and a.entropy_coef >= 0, "kl_coef and entropy_coef must be >= 0")
         _require(
             not a.kl_in_reward or a.advantage in ("reinforce_pp", "reinforce_pp_baseline"),
-            "algorithm.kl_in_reward needs a REINFORCE++ advantage (it adds the KL to rewards)",
+            "algorithm.kl_in_reward needs a REINFORCE++ advantage (it adds the KL to rewards), "
+            f"got algorithm.advantage={a.advantage!r}",
         )
         _require(
             a.group_by == "agent" or m.sharing == "shared",
             f"algorithm.group_by=role pools several agents' samples under one baseline, which "
             f"needs them to share one policy: set model.sharing=shared (it is {m.sharing!r})",
         )
-        _require(a.updates_per_batch >= 1, "algorithm.updates_per_batch must be >= 1")
-        _require(a.overlong_penalty >= 0, "algorithm.overlong_penalty must be >= 0")
-        _require(a.overlong_buffer >= 1, "algorithm.overlong_buffer must be >= 1")
         _require(
             a.overlong_penalty == 0 or a.overlong_buffer <= r.max_tokens,
-            "algorithm.overlong_buffer cannot exceed rollout.max_tokens",
+            f"algorithm.overlong_buffer ({a.overlong_buffer}) cannot exceed rollout.max_tokens "
+            f"({r.max_tokens})",
         )
         _require(
             a.updates_per_batch <= r.tasks_per_step * r.n_samples,
-            "algorithm.updates_per_batch cannot exceed the episodes per step",
+            f"algorithm.updates_per_batch ({a.updates_per_batch}) cannot exceed the episodes "
+            f"per step (rollout.tasks_per_step x n_samples = {r.tasks_per_step * r.n_samples})",
         )
-        _require(o.lr > 0 and o.max_grad_norm >= 0 and o.warmup_steps >= 0, "bad optim values")
-        _require(len(o.betas) == 2, "optim.betas must have two values")
-        _require(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens must be >= 1")
-        _require(0 <= o.zero_stage <= 3, "optim.zero_stage must be 0, 1, 2 or 3")
+        _require(
+            r.tasks_per_step * r.n_samples <= 1_000_000,
+            f"rollout.tasks_per_step x rollout.n_samples = {r.tasks_per_step * r.n_samples} "
+            "episodes per step is over the limit of 1000000",
+        )
         _require(
             o.engine == "deepspeed" or o.zero_stage == 0,
             f"optim.zero_stage={o.zero_stage} needs optim.engine=deepspeed",
@@ -297,18 +393,11 @@ class TrainConfig:
             not (m.sharing == "lora" and o.engine == "deepspeed"),
             "model.sharing=lora trains several adapters of one model; use optim.engine=torch",
         )
-        _require(m.lora_rank >= 1, "model.lora_rank must be >= 1")
         _require(
             not (o.share_prompts and m.gradient_checkpointing),
             "model.gradient_checkpointing turns the key/value cache off, which "
             "optim.share_prompts needs: set optim.share_prompts=false",
         )
-        _require(
-            re.fullmatch(DEVICE_PATTERN, m.device) is not None,
-            f"model.device must be auto, cpu, cuda or cuda:N, got {m.device!r}",
-        )
-        _require(self.log.keep_last >= 1, "log.keep_last must be >= 1")
-        _require(self.eval.every >= 0 and self.log.save_every >= 0, "every-N values must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain values (objects passed in from Python, e.g. a reward function, become
@@ -329,18 +418,34 @@ def _plain(value: Any) -> Any:
 # ----------------------------------------------------------------------------- building
 
 
-def config_from_dict(data: dict[str, Any], where: str = "<config>") -> TrainConfig:
-    """Build a validated :class:`TrainConfig` from a nested mapping (as in the YAML)."""
+def config_from_dict(
+    data: dict[str, Any], where: str = "<config>", check_env: bool = True
+) -> TrainConfig:
+    """Build a validated :class:`TrainConfig` from a nested mapping (as in the YAML).
+
+    With ``check_env`` the env, credit method and task sources are also built once
+    (:meth:`EnvConfig.build`: no model is loaded); off for a finished run's record, whose
+    Python objects (a reward function given in code) were saved as their ``repr``.
+    """
     try:
-        return _build(TrainConfig, data, where, "")
+        cfg = _build(TrainConfig, data, where, "")
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from e
+    if check_env:
+        try:
+            cfg.env.build()
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Defaults, then the YAML file at ``path`` (optional), then ``key=value`` overrides.
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, check_env: bool = True
+) -> TrainConfig:
+    """Defaults, then the YAML file at ``path`` (optional), then ``key=value`` overrides;
+    ``check_env`` as in :func:`config_from_dict`.
 
     Raises:
         ConfigError: unknown key (with the closest known one and its YAML path), a value of
@@ -359,7 +464,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = loaded or {}
     for item in overrides or []:
         apply_override(data, item)
-    return config_from_dict(data, where)
+    return config_from_dict(data, where, check_env)
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:

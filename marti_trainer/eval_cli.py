@@ -38,7 +38,12 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--env", required=True, help="registered env id, e.g. mad-v0, single-v0")
+    p.add_argument(
+        "--env",
+        default=None,
+        help="registered env id, e.g. mad-v0, single-v0 (required without --checkpoint; "
+        "with it, the run's env and its env.kwargs)",
+    )
     p.add_argument(
         "--model", default=DEFAULT_MODEL, help=f"model alias or directory ({DEFAULT_MODEL})"
     )
@@ -69,15 +74,23 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"first N tasks (default: all; {_ARITHMETIC_DEFAULT_LIMIT} for arithmetic)",
     )
     p.add_argument("--levels", default="1,2", help="arithmetic levels, comma-separated (1,2)")
-    p.add_argument("-k", "--k", type=int, default=4, help="episodes per task (default 4)")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0.7)")
+    p.add_argument("-k", "--k", type=int, default=None, help="episodes per task (4; run: 1)")
+    p.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (0.7; run: 0)"
+    )
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1.0)")
-    p.add_argument("--max-tokens", type=int, default=256, help="new tokens per response (256)")
-    p.add_argument("--mode", choices=("sync", "async"), default="async", help="rollout mode")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="new tokens per response (256; run's)"
+    )
+    p.add_argument(
+        "--mode", choices=("sync", "async"), default=None, help="rollout mode (async; run: sync)"
+    )
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight (32)")
-    p.add_argument("--seed", type=int, default=0, help="root seed (0)")
-    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="hf only")
-    p.add_argument("--batch-size", type=int, default=32, help="hf static batch size (32)")
+    p.add_argument("--seed", type=int, default=None, help="root seed (0; run's)")
+    p.add_argument(
+        "--dtype", choices=("bfloat16", "float32"), default=None, help="hf only (bf16; run's)"
+    )
+    p.add_argument("--batch-size", type=int, default=None, help="hf static batch size (32; run's)")
     p.add_argument(
         "--device", default="auto", help="hf only: auto (cuda if torch sees one), cpu, cuda:N"
     )
@@ -113,8 +126,6 @@ def _env_args(items: list[str]) -> dict[str, Any]:
 def _tasks(data: Any, limit: int | None, levels: str) -> list[Any]:
     from marti_env.tasks import ArithmeticTasks, make_task_source
 
-    if limit is not None and limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {limit}")
     if data == "arithmetic":
         try:
             level_list = [int(x) for x in levels.split(",") if x.strip()]
@@ -123,6 +134,62 @@ def _tasks(data: Any, limit: int | None, levels: str) -> list[Any]:
         size = limit or _ARITHMETIC_DEFAULT_LIMIT
         return list(ArithmeticTasks(levels=level_list, size=size, split="test"))
     return list(make_task_source(data, limit=limit))
+
+
+_DEFAULTS = {
+    "k": 4, "temperature": 0.7, "max_tokens": 256, "mode": "async", "seed": 0,
+    "dtype": "bfloat16", "batch_size": 32,
+}  # fmt: skip
+
+
+def check_eval_args(args: argparse.Namespace) -> None:
+    """Refuse flag values outside their range, naming the flag (before any model loads)."""
+    import math
+
+    checks = [
+        ("-k", args.k, lambda v: 1 <= v <= 10_000, "an integer in [1, 10000]"),
+        ("--temperature", args.temperature, lambda v: math.isfinite(v) and 0 <= v <= 100,
+         "a number in [0, 100]"),
+        ("--top-p", args.top_p, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+        ("--max-tokens", args.max_tokens, lambda v: 1 <= v <= 1_000_000,
+         "an integer in [1, 1000000]"),
+        ("--concurrency", args.concurrency, lambda v: 1 <= v <= 1_000_000,
+         "an integer in [1, 1000000]"),
+        ("--seed", args.seed, lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)"),
+        ("--batch-size", args.batch_size, lambda v: 1 <= v <= 100_000,
+         "an integer in [1, 100000]"),
+        ("--threads", args.threads, lambda v: 0 <= v <= 4096, "an integer in [0, 4096]"),
+        ("--limit", args.limit, lambda v: v >= 1, "an integer >= 1"),
+    ]  # fmt: skip
+    for flag, value, ok, allowed in checks:
+        if value is not None and not ok(value):
+            raise ValueError(f"{flag} must be {allowed}, got {value!r}")
+
+
+def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
+    """Fill unset flags: from the run's config with ``--checkpoint`` (its env, env.kwargs and
+    greedy held-out settings), else the plain defaults. Returns the env kwargs."""
+    env_kwargs = _env_args(args.env_arg)
+    if trained is None:
+        if args.env is None:
+            raise ValueError("--env is required (or give --checkpoint to use a run's env)")
+        for key, value in _DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        return env_kwargs
+    cfg = trained.config
+    if args.env is None or args.env == cfg.env.id:
+        args.env = cfg.env.id
+        env_kwargs = {**cfg.env.kwargs, **env_kwargs}
+    run = {
+        "k": 1, "temperature": 0.0, "max_tokens": cfg.eval.max_tokens or cfg.rollout.max_tokens,
+        "mode": "sync", "seed": cfg.seed, "dtype": cfg.rollout.dtype,
+        "batch_size": cfg.rollout.batch_size,
+    }  # fmt: skip
+    for key, value in run.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return env_kwargs
 
 
 def _policy(args: argparse.Namespace, trained: Any = None) -> Any:
@@ -146,10 +213,19 @@ def _policy(args: argparse.Namespace, trained: Any = None) -> Any:
             "seed": args.seed,
             "device": resolve_device(args.device, "--device"),
         }
-    policy = make_policy(args.backend, args.model, **kwargs)
-    if trained is not None:
+    return make_policy(args.backend, args.model, **kwargs)
+
+
+def _load_trained(policy: Any, trained: Any, work_dir: str) -> str | None:
+    """Put the trained unit into ``policy``; returns the adapter name to generate with."""
+    if not trained.is_adapter:
         policy.load_weights(trained.tensors)
-    return policy
+        return None
+    from marti_trainer.export import ADAPTER_NAME, peft_model_of
+
+    peft_model_of(trained).save_pretrained(work_dir, selected_adapters=[ADAPTER_NAME])
+    policy.add_adapter(trained.unit, work_dir)
+    return trained.unit
 
 
 def _trained(args: argparse.Namespace) -> Any:
@@ -172,38 +248,67 @@ def _trained(args: argparse.Namespace) -> Any:
     return trained
 
 
+def _settings(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> str:
+    return (
+        f"env {args.env} {env_kwargs or ''}, k={args.k}, temperature {args.temperature}, "
+        f"top_p {args.top_p}, max_tokens {args.max_tokens}, mode {args.mode}, seed {args.seed}"
+        + (f", dtype {args.dtype}, batch_size {args.batch_size}" if args.backend == "hf" else "")
+    )
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Run the evaluation described by parsed ``marti eval`` arguments; print the table."""
-    from marti_trainer.evaluate import evaluate
-    from marti_trainer.policies.base import SamplingParams
+    import tempfile
 
-    if args.k < 1:
-        raise ValueError(f"-k must be >= 1, got {args.k}")
-    sampling = SamplingParams(
-        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
-    )
+    from marti_trainer.evaluate import evaluate, greedy_heldout_rollout, summarize
+    from marti_trainer.policies.base import SamplingParams
+    from marti_trainer.team import GreedyDedup
+
+    check_eval_args(args)
     trained = _trained(args)
+    env_kwargs = _fill_defaults(args, trained)
+    check_eval_args(args)
     tasks = _tasks(args.data or "arithmetic", args.limit, args.levels)
-    env_kwargs = _env_args(args.env_arg)
     label = "simulated" if args.backend == "simulated" else str(args.model)
     if trained is not None:
         label = f"{trained.checkpoint.parent.parent.name}/{trained.checkpoint.name}/{trained.unit}"
-    with _policy(args, trained) as policy:
-        result = evaluate(
-            args.env,
-            tasks,
-            policy,
-            args.k,
-            sampling,
-            model=label,
-            mode=args.mode,
-            max_concurrency=args.concurrency,
-            seed=args.seed,
-            env_kwargs=env_kwargs,
-            progress=not args.no_progress,
-            transcript_path=args.transcripts,
-            json_path=args.out,
-        )
+        print(f"evaluating {label} with {_settings(args, env_kwargs)}", file=sys.stderr)
+    # The run's own held-out evaluation, repeated exactly: greedy, one episode, each round's
+    # requests in one batch, each distinct prompt generated once.
+    as_in_training = (
+        trained is not None and args.k == 1 and args.temperature == 0 and args.top_p == 1.0
+        and args.mode == "sync"
+    )  # fmt: skip
+    with _policy(args, trained) as policy, tempfile.TemporaryDirectory() as work:
+        adapter = _load_trained(policy, trained, work) if trained is not None else None
+        if as_in_training:
+            spec = (GreedyDedup(policy), adapter) if adapter else GreedyDedup(policy)
+            batch = greedy_heldout_rollout(
+                args.env, tasks, spec, args.max_tokens, args.seed, env_kwargs, args.transcripts
+            )
+            result = summarize(batch, label, seed=args.seed, sampling=SamplingParams(
+                temperature=0.0, max_tokens=args.max_tokens))  # fmt: skip
+            if args.out:
+                result.write_json(args.out)
+        else:
+            sampling = SamplingParams(
+                temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+            )
+            result = evaluate(
+                args.env,
+                tasks,
+                (policy, adapter) if adapter else policy,
+                args.k,
+                sampling,
+                model=label,
+                mode=args.mode,
+                max_concurrency=args.concurrency,
+                seed=args.seed,
+                env_kwargs=env_kwargs,
+                progress=not args.no_progress,
+                transcript_path=args.transcripts,
+                json_path=args.out,
+            )
     print(result.table())
     if args.out:
         print(f"wrote {args.out}", file=sys.stderr)

@@ -35,7 +35,14 @@ from marti_env.tasks import Task, TaskSource
 from marti_trainer.policies.base import SamplingParams
 from marti_trainer.rollout import PolicySpec, RolloutBatch, rollout
 
-__all__ = ["EvalResult", "TaskResult", "evaluate", "format_table", "summarize"]
+__all__ = [
+    "EvalResult",
+    "TaskResult",
+    "evaluate",
+    "format_table",
+    "greedy_heldout_rollout",
+    "summarize",
+]
 
 
 @dataclass
@@ -185,6 +192,29 @@ def summarize(
         sampling=asdict(sampling) if sampling is not None else None,
         per_task=per_task,
     )
+
+
+def greedy_heldout_rollout(
+    env_id: str,
+    tasks: Sequence[Task],
+    policies: PolicySpec | Mapping[str, PolicySpec],
+    max_tokens: int,
+    seed: int,
+    env_kwargs: Mapping[str, Any] | None = None,
+    transcript_path: str | Path | None = None,
+) -> RolloutBatch:
+    """The held-out evaluation of ``marti train``, which ``marti eval --checkpoint`` repeats
+    by default: one greedy episode per task, each round's requests generated as one batch
+    (so the same weights give the same figures in both).
+
+    ``policies`` are usually wrapped in :class:`~marti_trainer.team.GreedyDedup`, which
+    generates each distinct prompt once.
+    """
+    return rollout(
+        env_id, tasks, 1, policies, SamplingParams(temperature=0.0, max_tokens=max_tokens),
+        mode="sync", seed=seed, env_kwargs=env_kwargs, progress=False, max_concurrency=10**6,
+        driver="batch", transcript_path=transcript_path,
+    )  # fmt: skip
 
 
 def evaluate(

@@ -103,6 +103,19 @@ class TrainBatch:
         """Real (unpadded) tokens, prompts included."""
         return int(self.attention_mask.sum())
 
+    def computed_tokens(self) -> tuple[int, int]:
+        """``(tokens, logit_tokens)`` that :func:`forward_logprobs` computes for this batch:
+        every position it runs the model on (padding included) and the positions whose
+        logits it projects. Plain: ``B * (P + R)`` and ``B * (R + 1)``; with
+        ``share_prompts``: ``U * P + B * R`` and ``U + B * R`` for ``U`` distinct prompts."""
+        b, p, r = self.size, self.prompt_width, int(self.response_ids.shape[1])
+        if not self.share_prompts:
+            return b * (p + r), b * (r + 1)
+        distinct = len(set(self.prompt_keys()))
+        if distinct == b:  # forward_logprobs then takes the plain path
+            return b * (p + r), b * (r + 1)
+        return distinct * p + b * r, distinct + b * r
+
     def to(self, device: torch.device | str) -> TrainBatch:
         """The same batch with every tensor on ``device`` (itself if they already are)."""
         device = torch.device(device)

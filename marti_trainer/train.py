@@ -18,6 +18,8 @@ A resumed run continues exactly: same tasks, same samples, same losses.
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -29,8 +31,8 @@ import torch
 import yaml
 
 import marti_env
-from marti_env.credit import make_credit
-from marti_env.tasks import TaskSource, make_task_source
+from marti_env.rewards import verifiers_of
+from marti_env.tasks import TaskSource
 from marti_trainer.algorithms import kl_estimate, masked_mean
 from marti_trainer.checkpoint import (
     find_checkpoint,
@@ -39,7 +41,9 @@ from marti_trainer.checkpoint import (
     set_rng_state,
 )
 from marti_trainer.config import TrainConfig
+from marti_trainer.evaluate import greedy_heldout_rollout
 from marti_trainer.evaluate import summarize as summarize_eval
+from marti_trainer.interrupt import StopRequest
 from marti_trainer.learner import collate, make_loss_fn, sample_advantages, set_norm
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.policies import SamplingParams
@@ -106,14 +110,18 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     return out
 
 
-def evaluate(team: Team, cfg: TrainConfig, tasks: list, env_kwargs: dict) -> dict[str, float]:
-    """Greedy held-out evaluation: team accuracy, boxed rate, accuracy per agent and round."""
-    max_tokens = cfg.eval.max_tokens or cfg.rollout.max_tokens
-    batch = rollout(
-        cfg.env.id, tasks, 1, team.rollout_policies(greedy_dedup=True),
-        SamplingParams(temperature=0.0, max_tokens=max_tokens),
-        mode="sync", seed=cfg.seed, env_kwargs=env_kwargs, progress=False,
-        max_concurrency=10**6, driver="batch",
+def evaluate(
+    team: Team,
+    cfg: TrainConfig,
+    tasks: list,
+    env_kwargs: dict,
+    transcript_path: Path | None = None,
+) -> dict[str, float]:
+    """Greedy held-out evaluation (:func:`~marti_trainer.evaluate.greedy_heldout_rollout`):
+    team accuracy, boxed rate, accuracy per agent and round."""
+    batch = greedy_heldout_rollout(
+        cfg.env.id, tasks, team.rollout_policies(greedy_dedup=True),
+        cfg.eval.max_tokens or cfg.rollout.max_tokens, cfg.seed, env_kwargs, transcript_path,
     )  # fmt: skip
     result = summarize_eval(batch, cfg.model.name)  # the definitions `marti eval` reports
     out = {
@@ -132,19 +140,29 @@ def evaluate(team: Team, cfg: TrainConfig, tasks: list, env_kwargs: dict) -> dic
 
 
 def update_unit(unit: Unit, samples: list, cfg: TrainConfig, pad_id: int, step: int) -> dict:
-    """Advantages from the unit's credited rewards, then ``updates_per_batch`` engine steps."""
+    """Advantages from the unit's credited rewards, then ``updates_per_batch`` engine steps.
+
+    Returns the unit's metrics (``losses/<unit>/...``, ``optim/<unit>/...``), ``kl/<agent>``,
+    and the unit's share of the step's profile: ``time/*_s`` and ``charts/update_flops``
+    (the caller sums these over units).
+    """
     if hasattr(unit, "remote_update"):  # a RayTeam unit: the whole update runs on its actor
         return unit.remote_update(samples, step)
     alg = cfg.algorithm
+    work: dict[str, float] = defaultdict(float)  # time/* and FLOPs: summed, not averaged
+    t0 = time.perf_counter()
     batch = collate(samples, pad_id)
     kl_metrics = {}
     if unit.ref is not None:
         if alg.kl_coef > 0:
             batch.ref_logprobs = unit.ref(batch)
         kl_metrics = reference_kl(unit, batch, samples, cfg, step)
+    t1 = time.perf_counter()
+    work["time/ref_logprobs_s"] = t1 - t0
     batch.advantages = sample_advantages(samples, batch, alg, cfg.rollout.max_tokens)
     if alg.updates_per_batch > 1:  # later mini-batches are off-policy: keep pre-update logprobs
         batch.old_logprobs = score_with(unit.model, batch, cfg)
+    work["time/old_logprobs_s"] = time.perf_counter() - t1
     order = torch.randperm(
         batch.size, generator=torch.Generator().manual_seed(derive_seed(cfg.seed, step))
     )
@@ -160,10 +178,14 @@ def update_unit(unit: Unit, samples: list, cfg: TrainConfig, pad_id: int, step: 
                 continue
             minibatch = replace(batch.select(rows.tolist()), norm=minibatch.norm)
         for key, value in unit.engine.step(minibatch).items():
-            totals[key] += value / alg.updates_per_batch
+            if key.startswith("time/") or key == "charts/update_flops":
+                work[key] += value
+            else:
+                totals[key] += value / alg.updates_per_batch
         totals["charts/update_tokens"] += float(minibatch.num_tokens)
     totals["losses/zero_advantage_frac"] = 1.0 - float(signal.float().mean())
-    return {**{k.replace("/", f"/{unit.name}/", 1): v for k, v in totals.items()}, **kl_metrics}
+    named = {k.replace("/", f"/{unit.name}/", 1): v for k, v in totals.items()}
+    return {**named, **kl_metrics, **work}
 
 
 def reference_kl(unit: Unit, batch, samples: list, cfg: TrainConfig, step: int) -> dict:
@@ -196,10 +218,20 @@ def _run_dir(cfg: TrainConfig) -> Path:
     return Path(cfg.log.output_dir) / name
 
 
+_LOGS = ("metrics.jsonl", "transcripts.jsonl")
+
+
 def _save(
-    run_dir: Path, step: int, team: Team, sampler: TaskSampler, credit, cfg: TrainConfig
-) -> None:
-    save_checkpoint(
+    run_dir: Path,
+    step: int,
+    team: Team,
+    sampler: TaskSampler,
+    credit,
+    cfg: TrainConfig,
+    elapsed_s: float,
+) -> Path:
+    logs = {name: (run_dir / name).stat().st_size for name in _LOGS if (run_dir / name).exists()}
+    return save_checkpoint(
         run_dir,
         step,
         weights={u.name: u.engine.weights() for u in team.units},
@@ -207,15 +239,48 @@ def _save(
             "engines": {u.name: u.engine.state_dict() for u in team.units},
             "sampler": sampler.state_dict(),
             "credit": credit.state_dict(),
+            "logs": logs,  # bytes of each log at this step: a resume cuts what came after
+            "elapsed_s": elapsed_s,
         },
         config=cfg.to_dict(),
         keep_last=cfg.log.keep_last,
     )
 
 
-def _resume(path: str | Path, team: Team, sampler: TaskSampler, credit) -> tuple[Path, int]:
-    checkpoint = find_checkpoint(path)
+def _fresh_start(run_dir: Path) -> None:
+    """Clear what an earlier start of the same run name left before its first checkpoint;
+    refuse to overwrite a run that has checkpoints."""
+    if any((run_dir / "checkpoints").glob("step_*")):
+        raise ValueError(
+            f"{run_dir} already holds checkpoints: continue it with --resume, or choose "
+            "another run_name"
+        )
+    for name in _LOGS:
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "eval", ignore_errors=True)
+
+
+@dataclass
+class _Resumed:
+    run_dir: Path
+    step: int
+    elapsed_s: float
+
+
+def _resume(path: str | Path, team: Team, sampler: TaskSampler, credit) -> _Resumed:
+    """Load the newest valid checkpoint under ``path`` into the team, sampler, credit method
+    and RNGs; cut the run's logs back to that step. Prints what it resumes from."""
+    skipped: list[str] = []
+    checkpoint = find_checkpoint(path, skipped)
+    for problem in skipped:
+        print(f"resume: skipping an unusable checkpoint: {problem}", file=sys.stderr)
     weights, state = load_checkpoint(checkpoint)
+    missing = [u.name for u in team.units if u.name not in weights]
+    if missing:
+        raise ValueError(
+            f"{checkpoint} holds units {sorted(weights)}, but this config trains {missing}: "
+            "resume with the config the run was started with"
+        )
     for unit in team.units:
         unit.engine.load_weights(weights[unit.name])
         unit.engine.load_state_dict(state["engines"][unit.name])
@@ -223,14 +288,36 @@ def _resume(path: str | Path, team: Team, sampler: TaskSampler, credit) -> tuple
     sampler.load_state_dict(state["sampler"])
     credit.load_state_dict(state["credit"])
     set_rng_state(state["rng"])
-    return checkpoint.parent.parent, int(state["step"])
+    run_dir = checkpoint.parent.parent
+    for name, size in state.get("logs", {}).items():
+        log = run_dir / name
+        if name in _LOGS and log.exists() and log.stat().st_size > size:
+            with log.open("r+b") as f:  # drop what steps after the checkpoint wrote
+                f.truncate(size)
+    print(f"resuming from step {state['step']} ({checkpoint})", file=sys.stderr)
+    return _Resumed(run_dir, int(state["step"]), float(state.get("elapsed_s", 0.0)))
 
 
 @dataclass
 class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        run_dir: The run directory.
+        summary: :func:`summarize`'s figures (empty when the run stopped early).
+        history: Every line of ``metrics.jsonl``.
+        stopped_by: ``"SIGINT"`` / ``"SIGTERM"`` when a signal stopped the run after a step
+            (a checkpoint of that step was saved), else None.
+        last_step: The last step completed.
+        checkpoint: The newest checkpoint written by this call, if any.
+    """
+
     run_dir: Path
     summary: dict[str, Any]
     history: list[dict[str, Any]]
+    stopped_by: str | None = None
+    last_step: int = 0
+    checkpoint: Path | None = None
 
 
 def train(
@@ -238,20 +325,28 @@ def train(
 ) -> TrainResult:
     """Train as ``cfg`` says; returns the run directory, the summary and the metric history.
 
+    SIGINT and SIGTERM (when called from the main thread) let the current step finish, save
+    a checkpoint and return with ``stopped_by`` set; a second signal stops at once, losing
+    the current step (the previous checkpoint stays valid).
+
     Args:
         cfg: The run's configuration.
-        resume: A run directory or checkpoint to continue from (exactly).
+        resume: A run directory or checkpoint to continue from (exactly): the newest valid
+            checkpoint is used, and the run's logs are cut back to its step.
         stop_at_step: Stop after this step as if the process were killed there (no final
             evaluation, plots or summary); for time-boxed jobs and resume tests.
     """
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
-    probe = marti_env.make(cfg.env.id, **cfg.env.kwargs)
+    built = cfg.env.build()  # before any model: bad settings are refused naming their key
+    probe, credit = built.probe, built.credit
+    train_source, eval_source = built.train_tasks, built.eval_tasks
     agents = list(probe.possible_agents)
-    credit = make_credit(cfg.env.credit, **cfg.env.credit_kwargs)
+    scorer = probe.unwrapped.reward or probe.unwrapped.label_free_reward
+    verifiers = verifiers_of(scorer)  # the shared ones every env of this process uses
     env_kwargs = {**cfg.env.kwargs, "credit": credit}
-    sampler = TaskSampler(make_task_source(cfg.env.train_tasks), cfg.seed)
-    eval_tasks = list(make_task_source(cfg.env.eval_tasks))
+    sampler = TaskSampler(train_source, cfg.seed)
+    eval_tasks = list(eval_source)
     want_ref = cfg.algorithm.kl_coef > 0 or cfg.log.ref_kl_samples > 0
     loss_fn = make_loss_fn(cfg.algorithm, cfg.rollout.max_tokens, cfg.rollout.temperature)
     if cfg.distributed.backend == "ray":  # marti_trainer.distributed: units on Ray actors
@@ -261,11 +356,15 @@ def train(
     else:
         team = build_team(cfg, agents, loss_fn, want_ref)
     pad_id = team.tokenizer.pad_token_id
-    run_dir, start = _run_dir(cfg), 0
+    run_dir, start, elapsed0 = _run_dir(cfg), 0, 0.0
     if resume is not None:
-        run_dir, start = _resume(resume, team, sampler, credit)
+        resumed = _resume(resume, team, sampler, credit)
+        run_dir, start, elapsed0 = resumed.run_dir, resumed.step, resumed.elapsed_s
+    else:
+        _fresh_start(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    _write_run_metadata(run_dir, start, {"train_tasks": train_source, "eval_tasks": eval_source})
     logger = MetricsLogger(
         run_dir, cfg.log.tensorboard, cfg.total_steps if cfg.log.progress else None, start
     )
@@ -276,88 +375,235 @@ def train(
     )
     transcripts = run_dir / "transcripts.jsonl" if cfg.log.transcripts else None
     t_start = time.perf_counter()
-    if start == 0 and cfg.eval.at_start:
-        logger.log(0, evaluate(team, cfg, eval_tasks, dict(cfg.env.kwargs)))
 
-    for step in range(start + 1, cfg.total_steps + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
-        batch = rollout(
-            cfg.env.id, sampler.draw(cfg.rollout.tasks_per_step), cfg.rollout.n_samples,
-            team.rollout_policies(), sampling, mode=cfg.rollout.mode,
-            seed=derive_seed(cfg.seed, step), env_kwargs=env_kwargs, progress=False,
-            max_concurrency=cfg.rollout.batch_size, transcript_path=transcripts,
-        )  # fmt: skip
-        metrics = rollout_metrics(batch, cfg.algorithm.group_by)
-        t1, c1 = time.perf_counter(), time.process_time()
-        for unit in team.units:
-            samples = [s for s in batch.samples if s.agent in unit.agents]
-            metrics.update(update_unit(unit, samples, cfg, pad_id, step))
-            team.sync(unit)
-        t2, c2 = time.perf_counter(), time.process_time()
-        tokens = sum(
-            v for k, v in metrics.items() if k.startswith("charts/") and "update_tokens" in k
-        )
-        metrics.update(
-            {
-                "charts/rollout_s": t1 - t0,
-                "charts/update_s": t2 - t1,
-                "charts/step_s": t2 - t0,
-                "charts/rollout_cpu_s": c1 - c0,
-                "charts/update_cpu_s": c2 - c1,
-                "charts/update_tokens_per_s": tokens / max(t2 - t1, 1e-9),
-            }
-        )
-        last = step == cfg.total_steps
-        if (cfg.eval.every and step % cfg.eval.every == 0) or (last and cfg.eval.at_end):
-            metrics.update(evaluate(team, cfg, eval_tasks, dict(cfg.env.kwargs)))
-        logger.log(step, metrics)
-        logger.advance({"reward": metrics["rollout/outcome"], "s/step": t2 - t0})
-        if (cfg.log.save_every and step % cfg.log.save_every == 0) or last:
-            _save(run_dir, step, team, sampler, credit, cfg)
-        if stop_at_step is not None and step >= stop_at_step and not last:
-            logger.close()
-            team.close()
-            return TrainResult(run_dir, {}, read_metrics(run_dir))
+    def elapsed() -> float:
+        return elapsed0 + time.perf_counter() - t_start
+
+    def held_out(step: int) -> dict[str, float]:
+        path = None
+        if cfg.log.eval_transcripts:
+            path = run_dir / "eval" / f"step_{step:06d}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            path.unlink(missing_ok=True)  # a redone step rewrites its file
+        return evaluate(team, cfg, eval_tasks, dict(cfg.env.kwargs), path)
+
+    checkpoint = None
+    saves: list[float] = []  # seconds of each save (it follows its step's log line)
+    with StopRequest() as stop:
+        if start == 0 and cfg.eval.at_start:
+            t_eval = time.perf_counter()
+            metrics = held_out(0)
+            logger.log(0, {**metrics, "time/eval_s": time.perf_counter() - t_eval})
+        for step in range(start + 1, cfg.total_steps + 1):
+            before = _verifier_counts(verifiers)
+            metrics = _train_step(
+                step, cfg, team, sampler, sampling, env_kwargs, pad_id, transcripts, verifiers
+            )
+            after = _verifier_counts(verifiers)
+            metrics.update({f"rollout/verifier_{k}": after[k] - before[k] for k in after})
+            last = step == cfg.total_steps
+            if (cfg.eval.every and step % cfg.eval.every == 0) or (last and cfg.eval.at_end):
+                t_eval = time.perf_counter()
+                metrics.update(held_out(step))
+                metrics["time/eval_s"] = time.perf_counter() - t_eval
+            logger.log(step, metrics)
+            logger.advance(
+                {"reward": metrics["rollout/outcome"], "s/step": metrics["charts/step_s"]}
+            )
+            stopping = stop.requested is not None and not last
+            if (cfg.log.save_every and step % cfg.log.save_every == 0) or last or stopping:
+                t_save = time.perf_counter()
+                checkpoint = _save(run_dir, step, team, sampler, credit, cfg, elapsed())
+                saves.append(time.perf_counter() - t_save)
+            if stopping or (stop_at_step is not None and step >= stop_at_step and not last):
+                logger.close()
+                team.close()
+                return TrainResult(
+                    run_dir, {}, read_metrics(run_dir), stop.requested, step, checkpoint
+                )
 
     logger.close()
     history = read_metrics(run_dir)
-    summary = summarize(history, time.perf_counter() - t_start, cfg)
+    summary = summarize(history, elapsed(), cfg, resumed_from=start)
+    summary["checkpoint_s"] = round(sum(saves), 2)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.log.plots:
         from marti_trainer.plots import plot_run
 
         plot_run(run_dir)
     team.close()
-    return TrainResult(run_dir, summary, history)
+    return TrainResult(run_dir, summary, history, None, cfg.total_steps, checkpoint)
 
 
-def summarize(history: list[dict[str, Any]], wall_s: float, cfg: TrainConfig) -> dict[str, Any]:
-    """Before/after held-out figures and timings of a finished run."""
+def _write_run_metadata(run_dir: Path, start: int, sources: dict[str, TaskSource]) -> None:
+    """``run.json``: versions, and each start (fresh or resumed) of the run with the size of
+    its task sources and the data rows they skipped (``on_error: skip``)."""
+    import platform
+
+    import transformers
+
+    path = run_dir / "run.json"
+    meta = json.loads(path.read_text()) if start > 0 and path.is_file() else {"sessions": []}
+    data = {}
+    for name, source in sources.items():
+        data[name] = {"tasks": len(source), "skipped_rows": getattr(source, "skipped", 0)}
+        problems = list(getattr(source, "skipped_problems", ()))
+        if problems:
+            data[name]["skipped_examples"] = problems
+            print(
+                f"{name}: skipped {data[name]['skipped_rows']} bad data row(s), e.g. {problems[0]}",
+                file=sys.stderr,
+            )
+    meta["sessions"].append(
+        {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "from_step": start,
+            "versions": {
+                "marti": marti_env.__version__,
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+            },
+            "data": data,
+        }
+    )
+    path.write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _verifier_counts(verifiers: list) -> dict[str, int]:
+    """Answers the verifiers refused before parsing (``rejected``: over the length cap or a
+    blow-up such as an exponent tower) and checks that ran out of time, so far."""
+    infos = [v.cache_info() for v in verifiers]
+    return {
+        "rejected": sum(i.rejected for i in infos),
+        "timeouts": sum(i.timeouts for i in infos),
+    }
+
+
+def _train_step(
+    step: int,
+    cfg: TrainConfig,
+    team: Team,
+    sampler: TaskSampler,
+    sampling: SamplingParams,
+    env_kwargs: dict[str, Any],
+    pad_id: int,
+    transcripts: Path | None,
+    verifiers: list,
+) -> dict[str, float]:
+    """One rollout batch and every unit's update; the step's metrics and its profile.
+
+    The profile (``time/*_s``, wall seconds): ``generation`` (the rollout minus the time in
+    ``env.step``), ``verification`` (the verifiers' busy time), ``env_and_credit`` (the rest
+    of ``env.step``: credit, prompts), ``ref_logprobs``, ``old_logprobs``,
+    ``forward_backward``, ``optimizer``, ``weight_sync``; the loop adds ``eval`` and
+    ``checkpoint``. ``charts/update_gflops_per_s`` is the update's achieved arithmetic rate
+    (:func:`~marti_trainer.flops.train_flops` over the forward+backward time).
+    """
+    t0, c0 = time.perf_counter(), time.process_time()
+    verified0 = sum(v.busy_s for v in verifiers)
+    batch = rollout(
+        cfg.env.id, sampler.draw(cfg.rollout.tasks_per_step), cfg.rollout.n_samples,
+        team.rollout_policies(), sampling, mode=cfg.rollout.mode,
+        seed=derive_seed(cfg.seed, step), env_kwargs=env_kwargs, progress=False,
+        max_concurrency=cfg.rollout.batch_size, transcript_path=transcripts,
+    )  # fmt: skip
+    verification = sum(v.busy_s for v in verifiers) - verified0
+    metrics = rollout_metrics(batch, cfg.algorithm.group_by)
+    t1, c1 = time.perf_counter(), time.process_time()
+    work: dict[str, float] = defaultdict(float)
+    for unit in team.units:
+        samples = [s for s in batch.samples if s.agent in unit.agents]
+        for key, value in update_unit(unit, samples, cfg, pad_id, step).items():
+            if key.startswith("time/") or key == "charts/update_flops":
+                work[key] += value
+            else:
+                metrics[key] = value
+        t_sync = time.perf_counter()
+        team.sync(unit)
+        work["time/weight_sync_s"] += time.perf_counter() - t_sync
+    t2, c2 = time.perf_counter(), time.process_time()
+    tokens = sum(v for k, v in metrics.items() if k.startswith("charts/") and "update_tokens" in k)
+    env_s = batch.stats.env_s
+    metrics.update(work)
+    metrics.update(
+        {
+            "charts/rollout_s": t1 - t0,
+            "charts/update_s": t2 - t1,
+            "charts/step_s": t2 - t0,
+            "charts/rollout_cpu_s": c1 - c0,
+            "charts/update_cpu_s": c2 - c1,
+            "charts/update_tokens_per_s": tokens / max(t2 - t1, 1e-9),
+            "charts/update_gflops_per_s": work["charts/update_flops"]
+            / 1e9
+            / max(work["time/forward_backward_s"], 1e-9),
+            "time/generation_s": max(0.0, (t1 - t0) - env_s),
+            "time/verification_s": verification,
+            "time/env_and_credit_s": max(0.0, env_s - verification),
+        }
+    )
+    return metrics
+
+
+def summarize(
+    history: list[dict[str, Any]], wall_s: float, cfg: TrainConfig, resumed_from: int = 0
+) -> dict[str, Any]:
+    """Held-out figures and timings of a finished run.
+
+    ``accuracy_before`` is the evaluation at step 0 and exists only when the run evaluated
+    before training (``eval.at_start``); ``accuracy_after`` is the last evaluation.
+    ``wall_s`` is the training time of every session of the run (a resumed run adds the
+    time its checkpoint recorded); ``resumed_from`` the step this session started from.
+    """
     evals = [h for h in history if "eval/accuracy" in h]
     steps = [h for h in history if "charts/step_s" in h]
     out: dict[str, Any] = {"steps": cfg.total_steps, "wall_s": round(wall_s, 1)}
+    if resumed_from:
+        out["resumed_from_step"] = resumed_from
     if steps:
         out["s_per_step"] = round(float(np.mean([h["charts/step_s"] for h in steps])), 2)
-    if evals:
-        for tag, row in (("before", evals[0]), ("after", evals[-1])):
-            out[f"accuracy_{tag}"] = row["eval/accuracy"]
-            out[f"boxed_rate_{tag}"] = row["eval/boxed_rate"]
-            out[f"eval_step_{tag}"] = row["step"]
+    if evals and evals[0]["step"] == 0:
+        out["accuracy_before"] = evals[0]["eval/accuracy"]
+        out["boxed_rate_before"] = evals[0]["eval/boxed_rate"]
+        out["eval_step_before"] = 0
+    if evals and evals[-1]["step"] > 0:
+        out["accuracy_after"] = evals[-1]["eval/accuracy"]
+        out["boxed_rate_after"] = evals[-1]["eval/boxed_rate"]
+        out["eval_step_after"] = evals[-1]["step"]
     return out
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """A few human-readable lines: held-out accuracy and boxed rate before/after, timings."""
+    """A few human-readable lines: held-out accuracy and boxed rate before/after, timings.
+
+    Only the evaluations that ran are shown: without ``accuracy_before`` (no evaluation at
+    step 0) the line gives the final accuracy alone.
+    """
     lines = ["run summary"]
-    if "accuracy_before" in summary:
+    if "accuracy_before" in summary and "accuracy_after" in summary:
         a0, a1 = summary["accuracy_before"], summary["accuracy_after"]
         b0, b1 = summary["boxed_rate_before"], summary["boxed_rate_after"]
         lines.append(
             f"  held-out greedy accuracy: {a0:.1%} -> {a1:.1%} ({100 * (a1 - a0):+.1f} points)"
         )
         lines.append(f"  boxed rate:               {b0:.1%} -> {b1:.1%}")
+    elif "accuracy_after" in summary:
+        step = summary["eval_step_after"]
+        lines.append(
+            f"  held-out greedy accuracy: {summary['accuracy_after']:.1%} after step {step} "
+            "(no evaluation before training)"
+        )
+        lines.append(f"  boxed rate:               {summary['boxed_rate_after']:.1%}")
+    elif "accuracy_before" in summary:
+        lines.append(
+            f"  held-out greedy accuracy: {summary['accuracy_before']:.1%} before training "
+            "(no evaluation after it)"
+        )
+    resumed = summary.get("resumed_from_step")
+    sessions = f", resumed at step {resumed}" if resumed else ""
     lines.append(
-        f"  steps: {summary.get('steps')}, wall time {summary.get('wall_s', 0) / 60:.1f} min"
+        f"  steps: {summary.get('steps')}, training wall time "
+        f"{summary.get('wall_s', 0) / 60:.1f} min{sessions}"
     )
     if "s_per_step" in summary:
         lines.append(f"  {summary['s_per_step']} s/step")

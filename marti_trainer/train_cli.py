@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 __all__ = ["add_train_parser", "run_train"]
@@ -77,7 +78,25 @@ def run_train(args: argparse.Namespace) -> int:
             resume = _latest_run(cfg.log.output_dir, f"{cfg.env.id}__{cfg.exp_name}__{cfg.seed}")
     from marti_trainer.train import format_summary, train
 
-    result = train(cfg, resume=resume)
+    again = f"marti train {args.config} {' '.join(args.overrides)}".rstrip()
+    try:
+        result = train(cfg, resume=resume)
+    except KeyboardInterrupt:
+        print(
+            "\nstopped at once: the current step is lost; to continue from the last "
+            f"checkpoint: {again} --resume",
+            file=sys.stderr,
+        )
+        return 130
+    if result.stopped_by is not None:
+        print(
+            f"stopped by {result.stopped_by} after step {result.last_step} of "
+            f"{cfg.total_steps}; checkpoint saved: {result.checkpoint}. Resume with: "
+            f"{again} --resume {result.run_dir}",
+            file=sys.stderr,
+        )
+        return 130 if result.stopped_by == "SIGINT" else 143
     print(format_summary(result.summary))
     print(f"run directory: {result.run_dir}")
+    print(f"export the trained weights: marti export {result.run_dir} OUT_DIR")
     return 0

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from marti_trainer.config import ConfigError, TrainConfig, config_help, load_config
+from marti_trainer.config import (
+    ConfigError,
+    TrainConfig,
+    config_from_dict,
+    config_help,
+    load_config,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,14 +95,14 @@ def test_bad_values_are_rejected(override, match):
         (["model.sharing=lora", "optim.engine=deepspeed"], "use optim.engine=torch"),
         (["rollout.n_samples=1"], "n_samples must be >= 2"),
         (["algorithm.kl_in_reward=true"], "REINFORCE"),
-        (["rollout.temperature=0"], "temperature must be > 0"),
+        (["rollout.temperature=0"], r"'rollout.temperature' must be a number in \(0, 100\], got 0"),
         (["algorithm.clip_low=1.5"], "clip_low"),
         (
             ["algorithm.overlong_penalty=1", "rollout.max_tokens=6"],
-            "overlong_buffer cannot exceed rollout.max_tokens",
+            r"overlong_buffer \(8\) cannot exceed rollout.max_tokens \(6\)",
         ),
         (["model.gradient_checkpointing=true"], "set optim.share_prompts=false"),
-        (["model.device=gpu"], "model.device must be auto, cpu, cuda or cuda:N"),
+        (["model.device=gpu"], "'model.device' must be auto, cpu, cuda or cuda:N, got 'gpu'"),
         (["algorithm.group_by=role", "model.sharing=lora"], "set model.sharing=shared"),
         (["algorithm.group_by=role", "model.sharing=per_agent"], "it is 'per_agent'"),
     ],
@@ -123,3 +131,128 @@ def test_quickstart_header_has_the_command():
     text = (REPO / "baselines" / "quickstart.yaml").read_text()
     assert "marti train baselines/quickstart.yaml" in text.split("\n\n")[0] or text.startswith("#")
     assert "marti train baselines/quickstart.yaml" in text
+
+
+def _leaves(cls, prefix=""):
+    """(dotted key, annotation, field) of every leaf field of a config dataclass."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _leaves(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", hints[f.name], f
+
+
+def _bad_values(tp, f):
+    """Values no field of type ``tp`` (with ``f``'s range) accepts."""
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    rng = f.metadata.get("range")
+    if origin is typing.Literal:
+        return ["bogus", 3]
+    if tp is bool:
+        return ["maybe", 2]
+    if origin is list:
+        bad = ["not-a-list", 5]
+        if args and args[0] is float:
+            bad += [[float("nan"), 0.5], [-1.0, 0.5]]
+        return bad
+    if origin is dict:
+        return ["not-a-mapping", [1]]
+    if tp is str:
+        return [5, ["a"]]
+    number = [a for a in (args or (tp,)) if a in (int, float)]
+    if number:
+        bad = ["x", True]
+        if number[0] is float:
+            bad += [float("nan"), float("inf"), float("-inf")]
+        if rng is not None:
+            if rng.lo is not None:
+                bad.append(rng.lo - 1)
+            if rng.hi is not None:
+                bad.append(rng.hi * 10 + 1)
+        return bad
+    return []
+
+
+def test_every_field_refuses_bad_values_naming_the_key_and_value():
+    """Each leaf key of TrainConfig with values of the wrong type, non-finite numbers and
+    numbers outside its range: refused, and the message names the key and the value."""
+    checked = 0
+    for key, tp, f in _leaves(TrainConfig):
+        if tp is Any:  # task-source specs: checked by building them (next test)
+            continue
+        for value in _bad_values(tp, f):
+            with pytest.raises(ConfigError) as info:
+                config_from_dict(_nested(key, value))
+            message = str(info.value)
+            assert key.split(".")[-1] in message, (key, value, message)
+            assert repr(value) in message or str(value) in message, (key, value, message)
+            checked += 1
+    assert checked > 150  # every numeric, enum, bool, list and str field was walked
+
+
+def test_numeric_ranges_admit_the_defaults():
+    for key, _tp, f in _leaves(TrainConfig):
+        rng = f.metadata.get("range")
+        default = _default_of(key)
+        if rng is not None and isinstance(default, (int, float)):
+            assert default in rng, key
+
+
+def _nested(key, value):
+    out: dict = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def _default_of(key):
+    node = TrainConfig()
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("env.eval_tasks", {"type": "arithmetic", "size": -5}, r"'env.eval_tasks': size must be"),
+        ("env.train_tasks", {"type": "file", "path": "/no/such.jsonl"}, r"'env.train_tasks'"),
+        ("env.id", "madd-v0", r"'env.id/env.kwargs': no env 'madd-v0' \(did you mean 'mad-v0'"),
+        ("env.kwargs", {"num_agentz": 2}, r"unknown argument 'num_agentz'"),
+        ("env.credit", "qualityy", r"'env.credit/env.credit_kwargs': unknown credit method"),
+        ("env.credit_kwargs", {"alphaa": 1}, r"has no option 'alphaa'"),
+        ("model.name", "./no/such/model", r"'model.name' is the path './no/such/model'"),
+    ],
+)
+def test_env_and_model_settings_are_checked_before_any_model_loads(key, value, match):
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict(_nested(key, value))
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["-k", "0"], r"-k must be an integer in \[1, 10000\], got 0"),
+        (["--temperature", "nan"], r"--temperature must be a number in \[0, 100\], got nan"),
+        (["--top-p", "1.5"], r"--top-p must be a number in \(0, 1\], got 1.5"),
+        (["--max-tokens", "-1"], r"--max-tokens must be an integer in \[1, 1000000\], got -1"),
+        (["--concurrency", "0"], r"--concurrency must be"),
+        (["--limit", "-5"], r"--limit must be an integer >= 1, got -5"),
+        (["--seed", "-1"], r"--seed must be"),
+    ],
+)
+def test_eval_flags_are_checked_before_any_model_loads(flags, match, capsys):
+    from marti_trainer.cli import main
+
+    assert main(["eval", "--env", "single-v0", "--model", "/no/such/model", *flags]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err), err

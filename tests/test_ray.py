@@ -336,7 +336,9 @@ def test_ray_training_resumes_and_matches_local(ray_cluster, tiny_dir, tmp_path)
     assert all(h[f"optim/{a}/grad_norm"] > 0 for h in resumed for a in AGENTS)  # it trained
     assert "eval/accuracy" in resumed[1]
     assert_same_metrics(resumed, expected)
-    assert (first.run_dir / "checkpoints" / "step_000002" / "debater_1.safetensors").is_file()
+    assert (
+        first.run_dir / "checkpoints" / "step_000002" / "weights" / "debater_1.safetensors"
+    ).is_file()
 
 
 @pytest.mark.slow

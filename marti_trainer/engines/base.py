@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from marti_trainer.config import OptimConfig
+from marti_trainer.flops import ModelSize, train_flops
 from marti_trainer.learner import LossFn, TrainBatch
 
 __all__ = ["Engine", "lr_lambda", "make_engine"]
@@ -29,6 +30,7 @@ class Engine(ABC):
     optimizer: Any  # a torch optimizer (DeepSpeed: its wrapper)
     scheduler: Any  # a torch LR scheduler
     steps: int  # optimizer steps taken
+    size: ModelSize  # the trained model's sizes, for the update's FLOP count
 
     @abstractmethod
     def step(self, batch: TrainBatch) -> dict[str, float]:
@@ -139,3 +141,21 @@ class MetricSum:
     def result(self) -> dict[str, float]:
         w = self.weight if self.weight > 0 else 1.0
         return {k: v / w for k, v in self.sums.items()}
+
+
+def work_metrics(
+    size: ModelSize, micro_batches: list[TrainBatch], fwd_bwd_s: float, optim_s: float
+) -> dict[str, float]:
+    """Timings and arithmetic of one engine step: ``time/forward_backward_s``,
+    ``time/optimizer_s`` (gradient clipping, the optimizer and scheduler steps) and
+    ``charts/update_flops`` (:func:`~marti_trainer.flops.train_flops` over the
+    micro-batches)."""
+    flops = 0.0
+    for micro in micro_batches:
+        tokens, logit_tokens = micro.computed_tokens()
+        flops += train_flops(size, tokens, logit_tokens)
+    return {
+        "time/forward_backward_s": fwd_bwd_s,
+        "time/optimizer_s": optim_s,
+        "charts/update_flops": flops,
+    }

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
 import torch
 
 from marti_trainer.config import OptimConfig
-from marti_trainer.engines.base import Engine, MetricSum, lr_lambda
+from marti_trainer.engines.base import Engine, MetricSum, lr_lambda, work_metrics
+from marti_trainer.flops import model_size
 from marti_trainer.learner import LossFn, TrainBatch
 
 __all__ = ["DeepSpeedEngine", "ds_config", "init_distributed"]
@@ -104,15 +106,18 @@ class DeepSpeedEngine(Engine):
         self.model = self.ds.module
         self.params = params
         self.steps = 0
+        self.size = model_size(self.model)  # for the update's FLOP count
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         self.ds.train()
         metrics = MetricSum()
         micro_batches = batch.split(self.cfg.micro_batch_tokens, self.cfg.share_prompts)
+        t0 = time.perf_counter()
         for micro in micro_batches:
             loss, values, weight = self.loss_fn(self.ds, micro.to(self.ds.device))
             self.ds.backward(loss, scale_wrt_gas=False)
             metrics.add(values, weight)
+        t1 = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]
         own_norm = None
         if self.cfg.zero_stage == 0 and self.cfg.precision == "fp32":  # DS does not report it
@@ -129,9 +134,43 @@ class DeepSpeedEngine(Engine):
                 "optim/grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
                 "optim/lr": float(lr),
                 "optim/micro_batches": float(len(micro_batches)),
+                **work_metrics(self.size, micro_batches, t1 - t0, time.perf_counter() - t1),
             }
         )
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base engine's state with DeepSpeed's objects as plain values (checkpoints hold
+        tensors and plain values only): the loss scaler as its scale, the ZeRO stage as an
+        int; the parameter slice map (rebuilt by DeepSpeed itself) is left out."""
+        state = super().state_dict()
+        opt = dict(state["optimizer"])
+        opt.pop("param_slice_mappings", None)
+        if "loss_scaler" in opt:
+            opt["loss_scaler"] = {"cur_scale": float(opt["loss_scaler"].cur_scale)}
+        if "zero_stage" in opt:
+            opt["zero_stage"] = int(opt["zero_stage"])
+        return {**state, "optimizer": opt}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+
+        opt = dict(state["optimizer"])
+        if "loss_scaler" in opt:
+            scaler = self.optimizer.loss_scaler
+            scaler.cur_scale = opt["loss_scaler"]["cur_scale"]
+            opt["loss_scaler"] = scaler
+        if "zero_stage" in opt:
+            opt["zero_stage"] = ZeroStageEnum(opt["zero_stage"])
+        if self.cfg.zero_stage in (1, 2):  # ZeRO-1/2 take one state per data-parallel rank
+            opt["param_slice_mappings"] = self.optimizer._param_slice_mappings
+            self.optimizer.load_state_dict([opt], load_from_fp32_weights=True)
+        elif self.cfg.zero_stage == 3:
+            self.optimizer.load_state_dict([opt])
+        else:
+            self.optimizer.load_state_dict(opt)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])
 
     def weights(self) -> dict[str, torch.Tensor]:
         """Full fp32 tensors (gathered from ZeRO-3 partitions; from the fp32 master copy)."""
@@ -160,5 +199,9 @@ class DeepSpeedEngine(Engine):
             try:
                 safe_set_full_fp32_param(p, value.float())
             except Exception:
+                with torch.no_grad():
+                    p.copy_(value.to(p.dtype))
+                continue
+            if self.cfg.zero_stage < 3:  # the model's own (bf16) copy, as a step leaves it
                 with torch.no_grad():
                     p.copy_(value.to(p.dtype))

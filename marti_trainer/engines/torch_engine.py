@@ -16,12 +16,14 @@ bf16 weights, keeps small updates (see NOTES.md).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
 import torch
 
 from marti_trainer.config import OptimConfig
-from marti_trainer.engines.base import Engine, MetricSum, lr_lambda
+from marti_trainer.engines.base import Engine, MetricSum, lr_lambda, work_metrics
+from marti_trainer.flops import model_size
 from marti_trainer.learner import LossFn, TrainBatch
 
 __all__ = ["TorchEngine"]
@@ -63,6 +65,7 @@ class TorchEngine(Engine):
             self.optimizer, lr_lambda(cfg, total_steps)
         )
         self.steps = 0
+        self.size = model_size(self.model)  # for the update's FLOP count
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.cfg.precision == "bf16":
@@ -78,11 +81,13 @@ class TorchEngine(Engine):
         metrics = MetricSum()
         micro_batches = batch.split(self.cfg.micro_batch_tokens, self.cfg.share_prompts)
         device = self.params[0].device
+        t0 = time.perf_counter()
         for micro in micro_batches:
             with self._autocast():
                 loss, values, weight = self.loss_fn(self.model, micro.to(device))
             loss.backward()
             metrics.add(values, weight)
+        t1 = time.perf_counter()
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         lr = self.scheduler.get_last_lr()[0]
@@ -96,6 +101,7 @@ class TorchEngine(Engine):
                 "optim/grad_norm": float(grad_norm),
                 "optim/lr": float(lr),
                 "optim/micro_batches": float(len(micro_batches)),
+                **work_metrics(self.size, micro_batches, t1 - t0, time.perf_counter() - t1),
             }
         )
         return out

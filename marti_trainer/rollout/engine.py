@@ -533,7 +533,9 @@ class _Runner:
         env = episode.env
         actions = {agent: gen.text for agent, gen in episode.results.items()}
         before = len(env.record.turns)
+        t0 = time.perf_counter()
         obs, _, _, _, infos = env.step(actions)
+        self.stats.env_s += time.perf_counter() - t0
         for turn in env.record.turns[before:]:
             gen = episode.results[turn.agent]
             turn.meta.update(

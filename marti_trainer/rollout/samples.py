@@ -116,6 +116,8 @@ class RolloutStats:
         host_s: Seconds the scheduling thread spent working (env resets and steps, prompt
             bookkeeping, building samples) rather than waiting for the backend. In
             asynchronous mode most of it overlaps with generation.
+        env_s: Seconds spent in ``env.step`` (scoring the responses with the verifier,
+            credit assignment at episode end, building the next prompts).
         drivers: Per policy name: the driver kind that served it and its counters (e.g.
             the continuous HF driver's ``steps`` and ``row_steps``).
         idle_s: ``wall_s - backend_s``: seconds with no request in flight, i.e. host work on
@@ -132,6 +134,7 @@ class RolloutStats:
     wall_s: float = 0.0
     backend_s: float = 0.0
     host_s: float = 0.0
+    env_s: float = 0.0
     drivers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
