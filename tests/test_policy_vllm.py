@@ -386,6 +386,57 @@ def test_load_weights_directory_state_dict_and_subset(policy, models):
     assert _same(_greedy(policy), base)
 
 
+def test_a_reload_reaches_every_kind_of_weight_the_engine_uses(policy, models):
+    """Each kind of tensor of a layer (and the embedding, tied to the LM head, and the final
+    norm), changed alone through load_weights, changes the engine's log-probs exactly as it
+    changes transformers' on the same weights: no layer keeps serving its old weights (the
+    CPU kernels' packed copies included). vLLM's reload logs 'Failed to load weights' for
+    the rotary embedding (it has none: cos/sin come from the config) and for the tied LM head
+    (it reads the embedding's); this shows both are harmless."""
+    from safetensors.torch import load_file
+
+    base = _greedy(policy)
+    state = load_file(str(models["tiny0"] / "model.safetensors"))
+    names = ["model.embed_tokens.weight", "model.norm.weight"] + [
+        f"model.layers.1.{part}.weight"
+        for part in (
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+            "post_attention_layernorm",
+        )
+    ]  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    try:
+        for name in names:
+            noise = torch.randn(state[name].shape, generator=generator)
+            subset = {name: state[name] * 1.5 + 0.3 * noise}
+            policy.load_weights(subset)
+            changed = _greedy(policy)
+            assert not _same(changed, base), name
+            _assert_matches_reference(changed, models["tiny0"], state_dict=subset)
+            policy.load_weights({name: state[name]})
+    finally:
+        policy.load_weights(models["tiny0"])
+    assert _same(_greedy(policy), base)
+
+
+def test_staged_weights_are_written_in_the_engine_dtype(tmp_path, models):
+    from safetensors.torch import load_file
+
+    from marti_trainer.policies.vllm import WeightStager
+
+    state = load_file(str(models["tiny1"] / "model.safetensors"))
+    stager = WeightStager(models["tiny0"], stage_root=tmp_path, dtype="bfloat16")
+    staged = load_file(str(stager.stage(state) / "model.safetensors"))
+    assert {t.dtype for t in staged.values()} == {torch.bfloat16}
+    assert all(
+        torch.equal(staged[k], v.to(torch.bfloat16)) for k, v in state.items() if k in staged
+    )
+    subset = {"model.norm.weight": state["model.norm.weight"]}  # the rest: from the current
+    staged = load_file(str(stager.stage(subset) / "model.safetensors"))
+    assert len(staged) == len(state) and {t.dtype for t in staged.values()} == {torch.bfloat16}
+
+
 def test_lora_adapter(policy, models, tmp_path):
     base = _greedy(policy)
     policy.add_adapter("critic", models["lora"])

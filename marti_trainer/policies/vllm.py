@@ -129,10 +129,20 @@ class WeightStager:
         model_dir: the model's checkpoint directory (``config.json`` + ``*.safetensors``).
         stage_root: where staged checkpoints are written; a private temporary directory by
             default, removed by :meth:`cleanup`.
+        dtype: the engine's weight dtype (``"bfloat16"``, ``"float16"``, ``"float32"``);
+            floating-point tensors are staged in it (half the bytes of an fp32 trainer's
+            weights in bf16, and the engine loads them without a cast). None keeps each
+            tensor's own dtype.
     """
 
-    def __init__(self, model_dir: str | Path, stage_root: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        stage_root: str | Path | None = None,
+        dtype: str | None = None,
+    ) -> None:
         self.model_dir = Path(model_dir)
+        self.dtype = dtype
         files = _weight_files(self.model_dir)
         if not files:
             raise ValueError(
@@ -204,11 +214,20 @@ class WeightStager:
         return self._write(tensors)
 
     def _write(self, tensors: dict[str, Tensor]) -> Path:
+        import torch
         from safetensors.torch import load_file, save_file
 
         if self.tied:
             tensors.pop("lm_head.weight", None)
-        full = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        cast = getattr(torch, self.dtype) if self.dtype else None
+
+        def staged(value: Tensor) -> Tensor:
+            value = value.detach().to("cpu")
+            if cast is not None and value.is_floating_point():
+                value = value.to(cast)
+            return value.contiguous()
+
+        full = {k: staged(v) for k, v in tensors.items()}
         missing = set(self.shapes) - set(full)
         if missing:
             current_files = _weight_files(self.current)
@@ -220,7 +239,7 @@ class WeightStager:
             for file in current_files:
                 for name, value in load_file(str(file), device="cpu").items():
                     if name in missing:
-                        full[name] = value
+                        full[name] = staged(value)
         self._count += 1
         target = self.stage_root / f"step-{self._count:06d}"
         target.mkdir(parents=True)
@@ -378,7 +397,7 @@ class VLLMPolicy(Policy):
         self._tokenizer = AutoTokenizer.from_pretrained(self._model_dir, local_files_only=True)
         if not getattr(self._tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer of {self._model_dir} has no chat template")
-        self._stager = WeightStager(self._model_dir)
+        self._stager = WeightStager(self._model_dir, dtype=None if dtype == "auto" else dtype)
         self._enable_lora = bool(enable_lora)
         self._max_lora_rank = int(max_lora_rank)
         self._adapters: dict[str, Any] = {}  # name -> vllm LoRARequest
@@ -628,7 +647,8 @@ class VLLMPolicy(Policy):
         ``source`` is a state dict with HF parameter names (a subset is completed with the
         current values) or a directory of ``*.safetensors`` files. Names and shapes are
         checked before anything is written or reloaded. A state dict is written to a private
-        staging directory (fp32 tensors stay fp32; the engine casts them to its dtype); a
+        staging directory in the engine's dtype (an fp32 trainer's weights are cast once,
+        here, and written at half the size in bf16); a
         complete checkpoint directory is reloaded from where it is and must stay there
         until the next ``load_weights`` (a later partial update reads the other parameters
         from it). Generation after this call uses the new weights (the prefix cache is
