@@ -283,6 +283,13 @@ class OptimConfig(Section):
         "continues it attend to its key/value cache (the same loss and gradient; a group's "
         "samples share their prompt). Needs model.gradient_checkpointing=false.",
     )
+    share_prefixes: bool = setting(
+        True,
+        "With share_prompts, also forward once the common prefix of prompts that start alike "
+        "(a debate's round-1 prompts share the task statement), in a micro-batch: prefix, "
+        "then each prompt's rest, then the responses, each on the cache of the level below "
+        "(the same loss and gradient).",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

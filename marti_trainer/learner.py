@@ -17,6 +17,9 @@ and turn), and debaters of one episode often see the same transcript. With
 only the responses on top. The gradient flows back through the gathered cache, so loss and
 gradient are those of the plain forward (up to float rounding); prompt tokens, most of the
 tokens of a debate's update, are computed once per distinct prompt instead of once per row.
+With ``share_prefixes`` the prompts that start alike (a debate's round-1 prompts: the same
+task statement, then the other agents' answers in their own order) also run their common
+prefix once: three levels, prefix -> prompt -> response (:class:`PromptTree`).
 
 Micro-batching keeps the gradient exact: each micro-batch's loss is its aggregate
 (token-mean, ...) times ``weight = its share of the batch's normaliser`` (tokens, sequences
@@ -25,6 +28,7 @@ or rows), so the sum of micro-batch gradients is the full batch's gradient.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
@@ -74,6 +78,9 @@ class TrainBatch:
         prompt_lengths: ``[B]`` long.  response_lengths: ``[B]`` long.
         norm: The whole batch's aggregation normaliser (kept by micro-batches).
         share_prompts: Forward each distinct prompt once (set by :meth:`split`).
+        share_prefixes: With ``share_prompts``, also forward once the prefix that distinct
+            prompts share (the task statement of a debate's round-1 prompts), see
+            :func:`prompt_tree` (set by :meth:`split`).
     """
 
     input_ids: Tensor
@@ -89,6 +96,7 @@ class TrainBatch:
     ref_logprobs: Tensor | None = None
     norm: float = 1.0
     share_prompts: bool = False
+    share_prefixes: bool = False
 
     @property
     def size(self) -> int:
@@ -106,15 +114,21 @@ class TrainBatch:
     def computed_tokens(self) -> tuple[int, int]:
         """``(tokens, logit_tokens)`` that :func:`forward_logprobs` computes for this batch:
         every position it runs the model on (padding included) and the positions whose
-        logits it projects. Plain: ``B * (P + R)`` and ``B * (R + 1)``; with
-        ``share_prompts``: ``U * P + B * R`` and ``U + B * R`` for ``U`` distinct prompts."""
+        logits it projects. Plain: ``B * (P + R)`` and ``B * (R + 1)``; with shared prompts
+        ``U * P + B * R`` and ``U + B * R`` for ``U`` distinct prompts; with shared prefixes
+        ``C * Pc + U * Ps + B * R`` and ``U + B * R`` (:meth:`PromptTree.tokens`)."""
         b, p, r = self.size, self.prompt_width, int(self.response_ids.shape[1])
+        tree = self.prompt_tree()
+        if tree is None:
+            return b * (p + r), b * (r + 1)
+        return tree.tokens(r), len(tree.distinct) + b * r
+
+    def prompt_tree(self) -> PromptTree | None:
+        """How :func:`forward_logprobs` shares this batch's prompts, or None (plain)."""
         if not self.share_prompts:
-            return b * (p + r), b * (r + 1)
-        distinct = len(set(self.prompt_keys()))
-        if distinct == b:  # forward_logprobs then takes the plain path
-            return b * (p + r), b * (r + 1)
-        return distinct * p + b * r, distinct + b * r
+            return None
+        tree = prompt_tree(self.prompt_keys(), self.share_prefixes)
+        return None if len(tree.distinct) == self.size else tree
 
     def to(self, device: torch.device | str) -> TrainBatch:
         """The same batch with every tensor on ``device`` (itself if they already are)."""
@@ -154,36 +168,57 @@ class TrainBatch:
             response_lengths=self.response_lengths[idx],
         )
 
-    def split(self, token_budget: int, share_prompts: bool = False) -> list[TrainBatch]:
+    def split(
+        self, token_budget: int, share_prompts: bool = False, share_prefixes: bool = False
+    ) -> list[TrainBatch]:
         """Micro-batches of the rows :meth:`chunks` groups (see there)."""
         return [
-            replace(self.select(rows), share_prompts=share_prompts)
-            for rows in self.chunks(token_budget, share_prompts)
+            replace(self.select(rows), share_prompts=share_prompts, share_prefixes=share_prefixes)
+            for rows in self.chunks(token_budget, share_prompts, share_prefixes)
         ]
 
-    def chunks(self, token_budget: int, share_prompts: bool = False) -> list[list[int]]:
+    def chunks(
+        self, token_budget: int, share_prompts: bool = False, share_prefixes: bool = False
+    ) -> list[list[int]]:
         """Row indices of micro-batches whose cost stays within ``token_budget`` tokens.
 
-        The cost of a micro-batch is ``rows x padded length``; with ``share_prompts`` it is
-        ``distinct prompts x prompt width + rows x response width`` (what is computed) and
-        rows are ordered so that equal prompts are neighbours (:meth:`split` marks its
-        micro-batches for :func:`forward_logprobs`). Otherwise rows are sorted by length so that
-        similar lengths share a micro-batch (little padding). A row over the budget forms its
-        own micro-batch.
+        The cost of a micro-batch is what is computed: ``rows x padded length``, or with
+        ``share_prompts`` the :meth:`PromptTree.tokens` of its rows. With ``share_prompts``
+        rows are ordered by their prompt tokens (lexicographically), so that equal prompts,
+        and prompts with a common prefix, are neighbours (:meth:`split` marks its
+        micro-batches for :func:`forward_logprobs`). Otherwise rows are sorted by length so
+        that similar lengths share a micro-batch (little padding). A row over the budget
+        forms its own micro-batch.
         """
         lengths = (self.prompt_lengths + self.response_lengths).tolist()
-        keys = self.prompt_keys() if share_prompts else None
-        if keys is None:
+        responses = self.response_lengths.tolist()
+        if not share_prompts:
             order = sorted(range(self.size), key=lambda i: lengths[i])
         else:
-            order = sorted(range(self.size), key=lambda i: (len(keys[i]), keys[i], lengths[i]))
+            keys = self.prompt_keys()
+            order = sorted(range(self.size), key=lambda i: (keys[i], lengths[i]))
+            # Common prefix of each row's prompt with the previous row's, in this order:
+            # a chunk is a run of the order, so its tree needs no token comparison.
+            lcp = [0] + [_lcp(keys[a], keys[b]) for a, b in itertools.pairwise(order)]
+            position = {row: n for n, row in enumerate(order)}
         chunks: list[list[int]] = []
         for i in order:
             rows = chunks[-1] if chunks else None
-            if rows and self._cost([*rows, i], keys) <= token_budget:
-                rows.append(i)
-            else:
-                chunks.append([i])
+            if rows:
+                candidate = [*rows, i]
+                if not share_prompts:
+                    cost = len(candidate) * max(lengths[j] for j in candidate)
+                else:
+                    start = position[candidate[0]]
+                    tree = _tree_of_run(
+                        [keys[j] for j in candidate], lcp[start : start + len(candidate)],
+                        share_prefixes,
+                    )  # fmt: skip
+                    cost = tree.tokens(max(responses[j] for j in candidate))
+                if cost <= token_budget:
+                    rows.append(i)
+                    continue
+            chunks.append([i])
         return chunks
 
     def prompt_keys(self) -> list[tuple[int, ...]]:
@@ -194,12 +229,141 @@ class TrainBatch:
             for i, n in enumerate(self.prompt_lengths)
         ]
 
-    def _cost(self, rows: list[int], keys: list[tuple[int, ...]] | None) -> int:
-        p = max(int(self.prompt_lengths[r]) for r in rows)
-        r = max(int(self.response_lengths[r]) for r in rows)
-        if keys is None:
-            return len(rows) * (p + r)
-        return len({keys[i] for i in rows}) * p + len(rows) * r
+
+MIN_SHARED_PREFIX = 16
+"""Distinct prompts share a computed prefix only if they have at least this many leading
+tokens in common (:func:`prompt_tree`)."""
+
+
+@dataclass(frozen=True)
+class PromptTree:
+    """How the prompts of a batch's rows are computed when they are shared.
+
+    Level 1 (``share_prefixes``): each *cluster* of distinct prompts that start alike runs
+    its common prefix once (``prefix_len[c]`` tokens). Level 2: each distinct prompt runs
+    the rest of itself (its suffix) once, on the repeated prefix cache. Level 3: every row
+    runs its response on the repeated cache of its prompt. Without ``share_prefixes`` every
+    distinct prompt is its own cluster with an empty prefix (two levels).
+
+    Attributes:
+        distinct: Row index of the first occurrence of each distinct prompt.
+        row_prompt: Row -> index into ``distinct``.
+        prompt_cluster: Distinct prompt -> cluster index.
+        prefix_len: Cluster -> length of its shared prefix (0: no prefix level).
+        prompt_len: Distinct prompt -> its length.
+    """
+
+    distinct: list[int]
+    row_prompt: list[int]
+    prompt_cluster: list[int]
+    prefix_len: list[int]
+    prompt_len: list[int]
+
+    @property
+    def has_prefixes(self) -> bool:
+        return any(n > 0 for n in self.prefix_len)
+
+    def tokens(self, response_width: int) -> int:
+        """Positions computed: ``C * Pc + U * Ps + B * R``, with ``Pc`` the longest prefix,
+        ``Ps`` the longest suffix (prompt minus its cluster's prefix), ``R`` the response
+        width, for ``C`` clusters with a prefix, ``U`` distinct prompts, ``B`` rows (padding
+        included: each level is a padded batch)."""
+        prefix = max(self.prefix_len)
+        suffix = max(
+            n - self.prefix_len[c]
+            for n, c in zip(self.prompt_len, self.prompt_cluster, strict=True)
+        )
+        clusters = sum(n > 0 for n in self.prefix_len)
+        rows = len(self.row_prompt)
+        return clusters * prefix + len(self.distinct) * suffix + rows * response_width
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def prompt_tree(keys: Sequence[tuple[int, ...]], share_prefixes: bool = True) -> PromptTree:
+    """The :class:`PromptTree` of rows with these prompt ``keys`` (token tuples).
+
+    Rule: distinct prompts are sorted lexicographically and cut into contiguous clusters
+    (:func:`_clusters`: the cut that saves the most positions); a cluster's prefix is the
+    common prefix of all its prompts, at least :data:`MIN_SHARED_PREFIX` tokens, shortened
+    so that every prompt keeps one token of its own (the response's first logit comes from
+    that last token). A cluster of one prompt has no prefix (0): it runs whole at the prompt
+    level; a batch whose clusters are all single prompts runs two levels.
+    """
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    lcp = [0] + [_lcp(keys[a], keys[b]) for a, b in itertools.pairwise(order)]
+    tree = _tree_of_run([keys[i] for i in order], lcp, share_prefixes)
+    # _tree_of_run numbers rows in sorted order: map back to the caller's row order.
+    row_prompt = [0] * len(keys)
+    for sorted_row, row in enumerate(order):
+        row_prompt[row] = tree.row_prompt[sorted_row]
+    distinct = [order[i] for i in tree.distinct]
+    return replace(tree, distinct=distinct, row_prompt=row_prompt)
+
+
+def _tree_of_run(
+    keys: Sequence[tuple[int, ...]], lcp: Sequence[int], share_prefixes: bool
+) -> PromptTree:
+    """:func:`prompt_tree` of rows already in sorted order, ``lcp[i]`` the common prefix of
+    row ``i`` with row ``i - 1`` (``lcp[0]`` ignored). Rows are numbered in that order."""
+    distinct: list[int] = []
+    row_prompt: list[int] = []
+    prompt_len: list[int] = []
+    joint: list[int] = []  # per distinct prompt: common prefix with the previous distinct one
+    for i, key in enumerate(keys):
+        if i > 0 and lcp[i] == len(key) == len(keys[i - 1]):  # the same prompt again
+            row_prompt.append(len(distinct) - 1)
+            continue
+        row_prompt.append(len(distinct))
+        joint.append(lcp[i] if i > 0 else 0)
+        distinct.append(i)
+        prompt_len.append(len(key))
+    starts = _clusters(joint, prompt_len) if share_prefixes else list(range(len(distinct)))
+    prompt_cluster, prefix_len = [], []
+    for c, (a, b) in enumerate(itertools.pairwise([*starts, len(distinct)])):
+        prompt_cluster += [c] * (b - a)
+        prefix_len.append(_shared(joint, prompt_len, a, b - 1) if b - a > 1 else 0)
+    return PromptTree(distinct, row_prompt, prompt_cluster, prefix_len, prompt_len)
+
+
+def _shared(joint: Sequence[int], lengths: Sequence[int], first: int, last: int) -> int:
+    """Prefix that distinct prompts ``first..last`` (sorted) run once: their common prefix,
+    shortened so that each keeps one token of its own."""
+    common = min(joint[first + 1 : last + 1])
+    return min(common, min(lengths[first : last + 1]) - 1)
+
+
+def _clusters(joint: Sequence[int], lengths: Sequence[int], window: int = 64) -> list[int]:
+    """First index of each cluster of sorted distinct prompts: the contiguous partition that
+    saves the most positions, ``sum over clusters of (size - 1) x shared prefix``, clusters
+    sharing at least :data:`MIN_SHARED_PREFIX` tokens (dynamic programming over the
+    partition's last cluster, at most ``window`` prompts long). A debate's round-1 prompts of
+    one task share the task statement and more; its round-0 prompt shares less: it is left
+    out rather than shortening everyone's prefix."""
+    m = len(joint)
+    best = [0] * (m + 1)  # best[j]: most positions saved by prompts 0..j-1
+    start = [0] * (m + 1)
+    for j in range(1, m + 1):
+        best[j], start[j] = best[j - 1], j - 1  # prompt j-1 alone
+        for i in range(max(0, j - window), j - 1):  # cluster i..j-1
+            shared = _shared(joint, lengths, i, j - 1)
+            if shared < MIN_SHARED_PREFIX:
+                continue
+            gain = best[i] + (j - 1 - i) * shared
+            if gain > best[j]:
+                best[j], start[j] = gain, i
+    starts, j = [], m
+    while j > 0:
+        starts.append(start[j])
+        j = start[j]
+    return starts[::-1]
 
 
 def collate(samples: Sequence, pad_id: int, advantages: Tensor | None = None) -> TrainBatch:
@@ -288,11 +452,12 @@ def forward_logprobs(
     """``(logprobs [B, R], logits [B, R, V])`` of the response tokens under ``model``.
 
     With ``batch.share_prompts`` and a prompt that several rows continue, each distinct
-    prompt is forwarded once (see the module docstring); the result is the same.
+    prompt is forwarded once, and with ``share_prefixes`` each prefix that distinct prompts
+    share too (see the module docstring and :class:`PromptTree`); the result is the same.
     """
     r = batch.response_ids.shape[1]
-    first, inverse = _distinct_prompts(batch) if batch.share_prompts else ([], None)
-    if inverse is None or len(first) == batch.size:
+    tree = batch.prompt_tree()
+    if tree is None:
         out = model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
@@ -302,62 +467,98 @@ def forward_logprobs(
         )
         logits = out.logits[:, :-1, :]
     else:
-        logits = _shared_prompt_logits(model, batch, first, inverse)
+        logits = _shared_prompt_logits(model, batch, tree)
     if temperature != 1.0:
         logits = logits / temperature
     return logprobs_from_logits(logits, batch.response_ids), logits
 
 
-def _distinct_prompts(batch: TrainBatch) -> tuple[list[int], Tensor]:
-    """``(first row of each distinct prompt, row -> index into those)``."""
-    index: dict[tuple[int, ...], int] = {}
-    first: list[int] = []
-    inverse = []
-    for i, key in enumerate(batch.prompt_keys()):
-        if key not in index:
-            index[key] = len(first)
-            first.append(i)
-        inverse.append(index[key])
-    return first, torch.tensor(inverse, dtype=torch.long, device=batch.input_ids.device)
+def _left_padded(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple:
+    """``(ids, mask)`` ``[N, max len]`` long tensors of token sequences, left-padded."""
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, x in enumerate(seqs):
+        if x:
+            ids[i, width - len(x) :] = torch.tensor(list(x), dtype=torch.long)
+            mask[i, width - len(x) :] = 1
+    return ids.to(device), mask.to(device)
 
 
-def _shared_prompt_logits(
-    model: torch.nn.Module, batch: TrainBatch, first: list[int], inverse: Tensor
-) -> Tensor:
-    """Logits ``[B, R, V]`` predicting each response token, each distinct prompt run once.
-
-    The prompts' key/value cache is repeated per row and the responses attend to it; the
-    backward sums the rows' gradients into their prompt. The logit of response token 0
-    comes from the prompt's last position, the others from the response positions.
-    """
+def _repeated_cache(cache: object, onehot: Tensor) -> object:
     from transformers import DynamicCache
 
-    p = batch.prompt_width
-    rows = torch.tensor(first, dtype=torch.long, device=batch.input_ids.device)
-    head = model(
-        input_ids=batch.input_ids[rows, :p],
-        attention_mask=batch.attention_mask[rows, :p],
-        position_ids=batch.position_ids[rows, :p],
-        logits_to_keep=1,
-        use_cache=True,
-    )
-    prompt_cache = output_cache(head)
-    if prompt_cache is None:
+    return DynamicCache(
+        [(_repeat_rows(layer.keys, onehot), _repeat_rows(layer.values, onehot))
+         for layer in cache_layers(cache)]
+    )  # fmt: skip
+
+
+def _checked_cache(out: object) -> object:
+    cache = output_cache(out)
+    if cache is None:
         raise RuntimeError(
             "share_prompts needs the model to return its key/value cache, and this one returned "
             "none (gradient checkpointing turns the cache off): set optim.share_prompts=false"
         )
-    onehot = torch.nn.functional.one_hot(inverse, len(first))
-    cache = DynamicCache(
-        [(_repeat_rows(layer.keys, onehot), _repeat_rows(layer.values, onehot))
-         for layer in cache_layers(prompt_cache)]
-    )  # fmt: skip
+    return cache
+
+
+def _shared_prompt_logits(model: torch.nn.Module, batch: TrainBatch, tree: PromptTree) -> Tensor:
+    """Logits ``[B, R, V]`` predicting each response token, each shared prefix and each
+    distinct prompt run once (:class:`PromptTree`).
+
+    Each level's key/value cache is repeated for the next level's rows (a prompt's rows, a
+    prefix's prompts) and they attend to it; the backward sums the rows' gradients into
+    what they share. Each level is left-padded, and its attention mask spans the padded
+    levels below it, so padding between levels is never attended to; positions are the
+    real token counts. The logit of response token 0 comes from the prompt's last token.
+    """
+    device = batch.input_ids.device
+    pad = 0  # any valid id: padding is masked
+    keys = batch.prompt_keys()
+    num_prompts = len(tree.distinct)
+    cut = [tree.prefix_len[tree.prompt_cluster[u]] for u in range(num_prompts)]
+    cache, below = None, None  # the repeated cache and mask of the level below, per prompt
+    if tree.has_prefixes:
+        clusters = [c for c, n in enumerate(tree.prefix_len) if n > 0]
+        first = {c: tree.distinct[tree.prompt_cluster.index(c)] for c in clusters}
+        ids, mask = _left_padded(
+            [keys[first[c]][: tree.prefix_len[c]] for c in clusters], pad, device
+        )
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            logits_to_keep=1, use_cache=True,
+        )  # fmt: skip
+        row_of = {c: i for i, c in enumerate(clusters)}
+        onehot = torch.zeros((num_prompts, len(clusters)), dtype=torch.long, device=device)
+        for u, c in enumerate(tree.prompt_cluster):
+            if c in row_of:  # a prompt without a prefix gets a zero row, fully masked
+                onehot[u, row_of[c]] = 1
+        cache = _repeated_cache(_checked_cache(out), onehot)
+        below = onehot @ mask
+    ids, mask = _left_padded(
+        [keys[row][cut[u] :] for u, row in enumerate(tree.distinct)], pad, device
+    )
+    offset = torch.tensor(cut, dtype=torch.long, device=device)[:, None]
+    prompt_mask = mask if below is None else torch.cat([below, mask], dim=1)
+    head = model(
+        input_ids=ids,
+        attention_mask=prompt_mask,
+        position_ids=offset + (mask.cumsum(-1) - 1).clamp(min=0),
+        logits_to_keep=1,
+        use_cache=True,
+        **(cache_kwargs(cache) if cache is not None else {}),
+    )
+    p = batch.prompt_width
+    row_prompt = torch.tensor(tree.row_prompt, dtype=torch.long, device=device)
+    onehot = torch.nn.functional.one_hot(row_prompt, num_prompts)
     tail = model(
         input_ids=batch.input_ids[:, p:],
-        attention_mask=batch.attention_mask,
+        attention_mask=torch.cat([prompt_mask[row_prompt], batch.attention_mask[:, p:]], dim=1),
         position_ids=batch.position_ids[:, p:],
         use_cache=True,
-        **cache_kwargs(cache),
+        **cache_kwargs(_repeated_cache(_checked_cache(head), onehot)),
     )
     return torch.cat([_repeat_rows(head.logits, onehot), tail.logits[:, :-1, :]], dim=1)
 
@@ -380,6 +581,7 @@ def score_batch(
     token_budget: int,
     temperature: float = 1.0,
     share_prompts: bool = False,
+    share_prefixes: bool = False,
 ) -> Tensor:
     """Log-probs ``[B, R]`` of every response under ``model`` (no grad, micro-batched as
     :meth:`TrainBatch.split` does).
@@ -388,8 +590,10 @@ def score_batch(
     """
     out = torch.zeros_like(batch.response_mask)
     device = next(model.parameters()).device
-    for rows in batch.chunks(token_budget, share_prompts):
-        micro = replace(batch.select(rows), share_prompts=share_prompts)
+    for rows in batch.chunks(token_budget, share_prompts, share_prefixes):
+        micro = replace(
+            batch.select(rows), share_prompts=share_prompts, share_prefixes=share_prefixes
+        )
         logprobs, _ = forward_logprobs(model, micro.to(device), temperature)
         width = logprobs.shape[1]
         out[torch.tensor(rows), :width] = logprobs.float().to(out.device) * micro.response_mask

@@ -233,6 +233,7 @@ def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> t
             cfg.optim.micro_batch_tokens,
             cfg.rollout.temperature,
             cfg.optim.share_prompts,
+            cfg.optim.share_prefixes,
         )
 
 

@@ -111,7 +111,9 @@ class DeepSpeedEngine(Engine):
     def step(self, batch: TrainBatch) -> dict[str, float]:
         self.ds.train()
         metrics = MetricSum()
-        micro_batches = batch.split(self.cfg.micro_batch_tokens, self.cfg.share_prompts)
+        micro_batches = batch.split(
+            self.cfg.micro_batch_tokens, self.cfg.share_prompts, self.cfg.share_prefixes
+        )
         t0 = time.perf_counter()
         for micro in micro_batches:
             loss, values, weight = self.loss_fn(self.ds, micro.to(self.ds.device))

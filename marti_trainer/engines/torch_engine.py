@@ -79,7 +79,9 @@ class TorchEngine(Engine):
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         metrics = MetricSum()
-        micro_batches = batch.split(self.cfg.micro_batch_tokens, self.cfg.share_prompts)
+        micro_batches = batch.split(
+            self.cfg.micro_batch_tokens, self.cfg.share_prompts, self.cfg.share_prefixes
+        )
         device = self.params[0].device
         t0 = time.perf_counter()
         for micro in micro_batches:
