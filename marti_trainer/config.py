@@ -142,6 +142,12 @@ class ModelConfig(Section):
     gradient_checkpointing: bool = setting(
         False, "Recompute activations in backward (less memory)."
     )
+    attn_implementation: Literal["auto", "sdpa", "eager", "marti_gqa"] = setting(
+        "auto",
+        "Attention kernel of the trained, reference and hf rollout models (transformers' "
+        "attn_implementation): auto = marti_gqa on a CPU (grouped-query attention without "
+        "copying the key/value cache, marti_trainer.attention), sdpa on a GPU.",
+    )
     device: str = setting(
         "auto",
         "Where the trained model, its reference copy and an hf rollout copy live: auto (cuda "

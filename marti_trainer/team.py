@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from marti_trainer.attention import resolve_attention
 from marti_trainer.config import DEVICE_PATTERN, TrainConfig
 from marti_trainer.engines import Engine, make_engine
 from marti_trainer.learner import LossFn, TrainBatch, score_batch
@@ -176,12 +177,20 @@ def resolve_device(spec: str, what: str = "model.device") -> torch.device:
 
 
 def load_model(
-    model_dir: Path, gradient_checkpointing: bool, device: torch.device | str = "cpu"
+    model_dir: Path,
+    gradient_checkpointing: bool,
+    device: torch.device | str = "cpu",
+    attn_implementation: str = "auto",
 ) -> torch.nn.Module:
+    """The fp32 training (or reference) model, in eval mode, with the attention kernel
+    :func:`~marti_trainer.attention.resolve_attention` picks for ``device``."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, local_files_only=True
+        model_dir,
+        dtype=torch.float32,
+        local_files_only=True,
+        attn_implementation=resolve_attention(attn_implementation, device),
     ).to(device)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -205,7 +214,10 @@ def make_rollout_policy(
         kwargs: dict[str, Any] = {"batch_size": cfg.rollout.batch_size, "seed": cfg.seed}
         if model is not None:  # generate with the training model itself (fp32, in place)
             return make_policy("hf", model, tokenizer=model_dir, **kwargs)
-        return make_policy("hf", str(model_dir), dtype=cfg.rollout.dtype, device=device, **kwargs)
+        return make_policy(
+            "hf", str(model_dir), dtype=cfg.rollout.dtype, device=device,
+            attn_implementation=cfg.model.attn_implementation, **kwargs,
+        )  # fmt: skip
     kwargs = {"dtype": cfg.rollout.dtype, "seed": cfg.seed}
     if cfg.model.sharing == "lora":
         kwargs.update(enable_lora=True, max_lora_rank=cfg.model.lora_rank, max_loras=8)
@@ -262,14 +274,18 @@ def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: b
     groups = [("policy", agents)] if cfg.model.sharing == "shared" else [(a, [a]) for a in agents]
     units = []
     for name, members in groups:
-        model = load_model(model_dir, cfg.model.gradient_checkpointing, device)
+        model = load_model(
+            model_dir, cfg.model.gradient_checkpointing, device, cfg.model.attn_implementation
+        )
         engine = make_engine(model, cfg.optim, loss_fn, steps)
         model = engine.model
         placed = next(model.parameters()).device  # DeepSpeed may have moved it
         policy = make_rollout_policy(cfg, model_dir, model if in_place else None, placed)
         ref = None
         if want_ref:
-            ref = _frozen_scorer(load_model(model_dir, False, placed), cfg)
+            ref = _frozen_scorer(
+                load_model(model_dir, False, placed, cfg.model.attn_implementation), cfg
+            )
         units.append(Unit(name, members, model, engine, policy, in_place=in_place, ref=ref))
     return Team(units, model_dir, tokenizer)
 
@@ -287,7 +303,9 @@ def _lora_units(
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise ImportError("model.sharing=lora needs peft: pip install peft") from exc
-    base = load_model(model_dir, cfg.model.gradient_checkpointing, device)
+    base = load_model(
+        model_dir, cfg.model.gradient_checkpointing, device, cfg.model.attn_implementation
+    )
     lora = LoraConfig(
         r=cfg.model.lora_rank,
         lora_alpha=cfg.model.lora_alpha,
