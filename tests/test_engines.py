@@ -152,7 +152,7 @@ def debate_samples():
 
 
 def test_prompt_tree_by_hand():
-    from marti_trainer.learner import MIN_SHARED_PREFIX, prompt_tree
+    from marti_trainer.prompt_tree import MIN_SHARED_PREFIX, prompt_tree
 
     base = tuple(range(100, 100 + MIN_SHARED_PREFIX))
     keys = [(*base, 1, 2), (*base, 1, 3, 4), (*base, 1, 2), (9, 9, 9), (*base, 5), (9, 9, 9)]

@@ -24,6 +24,7 @@ from marti_trainer.policies import (
     SamplingParams,
     make_policy,
 )
+from marti_trainer.policies.base import tokenize_prompts
 from marti_trainer.policies.hf import HFPolicy
 
 SHORT = [{"role": "user", "content": "hi"}]
@@ -165,6 +166,30 @@ def test_left_padding_matches_unbatched_greedy(tiny_dir):
     # Chunked into batches of 2 rows: the same again.
     with HFPolicy(tiny_dir, dtype="float32", batch_size=2) as pol:
         assert token_ids(pol.generate(PROMPTS, greedy)) == batched
+
+
+def test_prompts_with_a_shared_prefix_prefill_it_once_and_decode_as_alone(tiny_dir):
+    """A debate's round-1 prompts: the same long question, then different answers. The
+    prefill runs the common prefix once (three levels); logits and greedy tokens are those
+    of each prompt prefilled alone."""
+    from marti_trainer.policies.hf import _prefill
+    from marti_trainer.prompt_tree import prompt_tree
+
+    question = "A farmer has 17 sheep and buys 25 more, then sells 9. How many now? " * 2
+    tails = ("Answer A says 33.", "Answer B says 31, check it.", "C: 42")
+    prompts = [[{"role": "user", "content": question + tail}] for tail in tails]
+    greedy = SamplingParams(temperature=0, max_tokens=10)
+    with HFPolicy(tiny_dir, dtype="float32", batch_size=8) as pol:
+        ids = [tokenize_prompts(pol.tokenizer, [p], greedy, 2048)[0] for p in prompts]
+        tree = prompt_tree([tuple(x) for x in ids])
+        assert tree.has_prefixes and max(tree.prefix_len) > 30  # the question is shared
+        with torch.inference_mode():
+            _, _, _, together = _prefill(pol.model, ids, pol._pad_id)
+            alone = [_prefill(pol.model, [x], pol._pad_id)[3][0] for x in ids]
+        torch.testing.assert_close(together, torch.stack(alone), rtol=0, atol=1e-4)
+        batched = token_ids(pol.generate(prompts, greedy))
+        singly = [token_ids(pol.generate([p], greedy))[0] for p in prompts]
+    assert batched == singly
 
 
 def test_n_samples_differ_and_greedy_n_are_equal(policy):

@@ -55,6 +55,7 @@ from marti_trainer.policies.base import (
     tokenize_prompts,
     validate_prompts,
 )
+from marti_trainer.prompt_tree import prompt_tree
 
 __all__ = ["HFPolicy"]
 
@@ -243,7 +244,8 @@ class HFPolicy(Policy):
             return []
         prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
         rows = self._make_rows(prompt_ids, params)
-        order = sorted(range(len(rows)), key=lambda r: len(rows[r].prompt_ids))
+        # Prompts that start alike side by side: a batch prefills their shared prefix once.
+        order = sorted(range(len(rows)), key=lambda r: rows[r].prompt_ids)
         was_training = self._model.training  # a shared trainer model may be in train mode
         self._model.eval()
         try:
@@ -550,40 +552,81 @@ class HFPolicy(Policy):
 def _prefill(
     model: Any, prompts: Sequence[Sequence[int]], pad_id: int
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Prefill ``prompts`` left-padded, each distinct prompt once.
+    """Prefill ``prompts`` left-padded, each distinct prompt once and each prefix that
+    distinct prompts share once (:func:`~marti_trainer.prompt_tree.prompt_tree`).
 
     In a rollout the episodes of a group, and the agents of one round, often send the same
-    prompt: its rows are copies of one computation. Returns ``(cache, mask [B, W], positions
-    [B, 1], logits [B, V])``, one row per prompt in order: ``positions`` is each row's last
-    position id, ``logits`` predict its first new token.
+    prompt: its rows are copies of one computation. A debate's later rounds send prompts
+    that repeat the task statement before the other agents' answers: that prefix is run
+    once, and each prompt's rest runs on its cache (the mask spans both, left-padded, so
+    the padding between them is never attended to). Returns ``(cache, mask [B, W],
+    positions [B, 1], logits [B, V])``, one row per prompt in order: ``positions`` is each
+    row's last position id, ``logits`` predict its first new token.
     """
-    index: dict[tuple[int, ...], int] = {}
-    inverse = [index.setdefault(tuple(ids), len(index)) for ids in prompts]
-    distinct = list(index)
-    width = max(map(len, distinct))
-    input_ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(distinct), width), dtype=torch.long)
-    for b, ids in enumerate(distinct):
-        input_ids[b, width - len(ids) :] = torch.tensor(ids)
-        mask[b, width - len(ids) :] = 1
+    tree = prompt_tree([tuple(p) for p in prompts])
     device = model.device
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    keys = [tuple(prompts[row]) for row in tree.distinct]
+    cut = [tree.prefix_len[c] for c in tree.prompt_cluster]
+    cache, below = None, None
+    if tree.has_prefixes:
+        clusters = [c for c, n in enumerate(tree.prefix_len) if n > 0]
+        first = [tree.prompt_cluster.index(c) for c in clusters]
+        ids, mask = _left_padded(
+            [keys[u][: tree.prefix_len[c]] for u, c in zip(first, clusters, strict=True)],
+            pad_id, device,
+        )  # fmt: skip
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True, logits_to_keep=1,
+        )  # fmt: skip
+        # Each prompt's row of the prefix cache; a prompt without a prefix reads a zero row
+        # (index len(clusters)), fully masked.
+        row_of = {c: i for i, c in enumerate(clusters)}
+        index = torch.tensor(
+            [row_of.get(c, len(clusters)) for c in tree.prompt_cluster], device=device
+        )
+        cache = output_cache(out)
+        for layer in cache_layers(cache):
+            layer.keys = _with_zero_row(layer.keys).index_select(0, index)
+            layer.values = _with_zero_row(layer.values).index_select(0, index)
+        below = _with_zero_row(mask).index_select(0, index)
+    ids, mask = _left_padded([k[n:] for k, n in zip(keys, cut, strict=True)], pad_id, device)
+    positions = torch.tensor(cut, device=device)[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
+    if below is not None:
+        mask = torch.cat([below, mask], dim=1)
     out = model(
-        input_ids=input_ids,
+        input_ids=ids,
         attention_mask=mask,
         position_ids=positions,
         use_cache=True,
         logits_to_keep=1,
+        **(cache_kwargs(cache) if cache is not None else {}),
     )
     cache, logits, positions = output_cache(out), out.logits[:, -1, :], positions[:, -1:]
-    if len(distinct) < len(prompts):
-        rows = torch.tensor(inverse, dtype=torch.long, device=device)
+    if tree.row_prompt != list(range(len(prompts))):  # duplicates, or distinct prompts sorted
+        rows = torch.tensor(tree.row_prompt, dtype=torch.long, device=device)
         for layer in cache_layers(cache):
             layer.keys = layer.keys.index_select(0, rows)
             layer.values = layer.values.index_select(0, rows)
         mask, positions, logits = (t.index_select(0, rows) for t in (mask, positions, logits))
     return cache, mask, positions, logits
+
+
+def _left_padded(
+    seqs: Sequence[Sequence[int]], pad_id: int, device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` ``[N, longest]`` of token sequences, left-padded, on ``device``."""
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for b, seq in enumerate(seqs):
+        ids[b, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
+        mask[b, width - len(seq) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _with_zero_row(t: torch.Tensor) -> torch.Tensor:
+    return torch.cat([t, t.new_zeros((1, *t.shape[1:]))])
 
 
 def _nucleus(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -110,7 +110,7 @@ def hf_generate_each(
     """``HFPolicy.generate`` with one ``SamplingParams`` per prompt, as one static batch.
 
     The parameters must agree on everything but ``seed`` and ``max_tokens`` (``n == 1``).
-    Rows are sorted by prompt length and decoded in chunks of the policy's ``batch_size``, as
+    Rows are sorted by prompt tokens and decoded in chunks of the policy's ``batch_size``, as
     ``generate`` does; each row samples from its own stream with its own token budget, so
     ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]``.
 
@@ -134,7 +134,7 @@ def hf_generate_each(
         _make_row(policy, _tokenize_one(policy, prompt, p, i), p, i)
         for i, (prompt, p) in enumerate(zip(prompts, params, strict=True))
     ]
-    order = sorted(range(len(rows)), key=lambda r: len(rows[r].prompt_ids))
+    order = sorted(range(len(rows)), key=lambda r: rows[r].prompt_ids)
     size = policy._batch_size
     with _eval_mode(policy.model), policy._adapter_context(adapter), torch.inference_mode():
         for start in range(0, len(order), size):
@@ -158,74 +158,6 @@ def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     shape = list(t.shape)
     shape[dim] = missing
     return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def _growing_layer_class() -> type:
-    """:class:`_GrowingLayer`'s class, built on first use (transformers is imported lazily)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        """A cache layer whose keys and values sit in buffers with spare positions.
-
-        transformers' ``DynamicLayer`` appends a decode step's key/value with ``torch.cat``,
-        copying the whole cache of every layer at every step (a third of a decode step's
-        time, measured). Here the step is written in place into the spare positions; when
-        they run out the buffers grow by half (one copy). ``keys``/``values`` are views of the
-        filled part; assigning them (row selection, merging) replaces the buffers.
-        """
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-            super().__init__()
-            self.dtype, self.device = keys.dtype, keys.device
-            self.is_initialized = True
-            self.keys, self.values = keys, values
-
-        # Each buffer keeps its own length: callers assign keys, then values.
-        @property
-        def keys(self) -> torch.Tensor | None:
-            return None if self._k is None else self._k[:, :, : self._nk]
-
-        @keys.setter
-        def keys(self, value: torch.Tensor | None) -> None:
-            self._k, self._nk = value, 0 if value is None else value.shape[-2]
-
-        @property
-        def values(self) -> torch.Tensor | None:
-            return None if self._v is None else self._v[:, :, : self._nv]
-
-        @values.setter
-        def values(self, value: torch.Tensor | None) -> None:
-            self._v, self._nv = value, 0 if value is None else value.shape[-2]
-
-        def update(
-            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            n = self._nk
-            need = n + key_states.shape[-2]
-            if need > min(self._k.shape[-2], self._v.shape[-2]):
-                spare = max(32, need // 2)
-                self._k = _with_room(self._k[:, :, :n], need + spare)
-                self._v = _with_room(self._v[:, :, :n], need + spare)
-            self._k[:, :, n:need] = key_states
-            self._v[:, :, n:need] = value_states
-            self._nk = self._nv = need
-            return self.keys, self.values
-
-    return GrowingLayer
-
-
-def _with_room(t: torch.Tensor, length: int) -> torch.Tensor:
-    """``t`` ``[B, H, T, d]`` copied into a new ``[B, H, length, d]`` buffer (``length >= T``)."""
-    out = t.new_empty((t.shape[0], t.shape[1], length, t.shape[3]))
-    out[:, :, : t.shape[2]] = t
-    return out
-
-
-def _growing(cache: Any) -> Any:
-    """``cache`` with its layers replaced by growing ones (same tensors, no copy)."""
-    layer = _growing_layer_class()
-    cache.layers = [layer(entry.keys, entry.values) for entry in cache_layers(cache)]
-    return cache
 
 
 class _Batch:
@@ -437,7 +369,8 @@ class ContinuousDriver(WorkerDriver):
         new = _Batch()
         new.rows, new.requests, new.key = rows, requests, _key(requests[0])
         new.alive = [True] * len(rows)
-        new.cache, new.mask, new.positions, new.logits = _growing(cache), mask, positions, logits
+        new.cache, new.mask, new.positions = cache, mask, positions
+        new.logits = logits
         return new
 
     def _step(self) -> None:
