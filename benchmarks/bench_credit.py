@@ -1,9 +1,10 @@
 """Credit-assignment methods x envs x seeds: fast tier (simulated agents) or --tier llm.
 
     python benchmarks/bench_credit.py --methods none,score,quality,shapley --seeds 0,1,2
-    python benchmarks/bench_credit.py --import docs/examples/my_credit.py --methods none,team_share
+    python benchmarks/bench_credit.py --import docs/examples/my_credit.py \\
+        --methods none,round_relative
 
-The same as ``marti bench credit`` (same options; see marti_trainer/bench_cli.py). Prints
+The same as ``marti bench credit`` (same options; see marti_trainer/cli/bench.py). Prints
 the table (mean ± std over seeds of attr, attr_within, acc_final, acc_auc per env and
 method) and writes CSV, JSON and a PNG to ``--out`` (default runs/bench_credit__<time>).
 About 10 s per env and seed for the nine built-ins on one core with the default budget.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from marti_trainer.bench_cli import add_credit_arguments, run_credit_bench
+from marti_trainer.cli.bench import add_credit_arguments, run_credit_bench
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from marti_env.env import WorkflowEnv
 from marti_env.record import EpisodeRecord, Turn, TurnSample, read_jsonl, write_jsonl
 from marti_env.registry import (
     EnvSpec,
+    load_spec_file,
     make,
     pprint_registry,
     register,
@@ -43,6 +44,7 @@ __all__ = [
     "VecEnv",
     "WorkflowEnv",
     "credit",
+    "load_spec_file",
     "make",
     "make_vec",
     "pprint_registry",

@@ -25,7 +25,8 @@ class Template:
     Attributes:
         user: The user message, with ``{{field}}`` placeholders.
         examples: ``(user, assistant)`` pairs shown as earlier chat turns. A worked example
-            is what makes a small model use ``\\boxed{}`` at all (see NOTES.md).
+            is what makes a small model use ``\\boxed{}`` at all (without one the default
+            model boxed none of 50 answers: docs/model.md).
     """
 
     user: str

@@ -7,15 +7,24 @@ top-level ``envs/`` folder and registered when :mod:`marti_env` is imported.
 A YAML spec::
 
     id: mad-v0                  # name-vN
-    workflow: mad               # a key of marti_env.workflows.WORKFLOWS
+    workflow: mad               # a key of marti_env.workflows.WORKFLOWS, or an entry point
     summary: one line
     kwargs: {num_agents: 3}     # defaults of the workflow's (and the env's) arguments
     prompts: {system: null, solve: {examples: [...], user: "..."}, ...}
+
+Environments by entry point, as Gymnasium's ``entry_point``: ``workflow`` may name a class
+outside the library as ``"package.module:Class"`` (in a YAML spec, or passed to
+:func:`register`), so a user's own workflow registers without editing ``marti_env``. The
+module is imported when the env is registered (its arguments and prompt templates are
+validated then, not at the first ``make``); a module that cannot be imported, a missing
+attribute or an object that is not a :class:`~marti_env.workflows.Workflow` subclass is a
+``ValueError`` naming the spec file, the entry point and what failed.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import re
 import warnings
@@ -123,8 +132,20 @@ def register(
 ) -> EnvSpec:
     """Register an environment; its arguments and prompts are validated now.
 
+    Args:
+        id: ``name-vN``.
+        workflow: A :class:`~marti_env.workflows.Workflow` subclass, a key of
+            :data:`~marti_env.workflows.WORKFLOWS` (``"mad"``), or an entry point
+            ``"package.module:Class"``, imported now.
+        kwargs: Default arguments (the workflow's, :data:`ENV_ARGS`, credit and reward
+            options).
+        prompts: The workflow's templates, ``{template: str | {user, examples}, "system": str}``.
+        summary: One line for :func:`pprint_registry`.
+        source: Where the spec comes from (a YAML path), named in every error.
+
     Raises:
-        ValueError: a malformed or already registered id, an unknown workflow, an unknown
+        ValueError: a malformed or already registered id, an unknown workflow, an entry
+            point that cannot be imported or is not a ``Workflow`` subclass, an unknown
             default argument, or prompts that do not fit the workflow.
     """
     if not isinstance(id, str) or not _ID.match(id):
@@ -134,12 +155,7 @@ def register(
             f"{source}: env id {id!r} is already registered (by {registry[id].source})"
         )
     if isinstance(workflow, str):
-        if workflow not in WORKFLOWS:
-            raise ValueError(
-                f"{source}: unknown workflow {workflow!r}{_suggest(workflow, WORKFLOWS)}; "
-                f"known: {', '.join(sorted(WORKFLOWS))}"
-            )
-        workflow = WORKFLOWS[workflow]
+        workflow = _workflow_class(workflow, source)
     spec = EnvSpec(id, workflow, dict(kwargs or {}), dict(prompts or {}), summary, source)
     allowed = spec.allowed_args()
     for key in spec.kwargs:
@@ -151,6 +167,36 @@ def register(
     Prompts.from_dict(spec.prompts, workflow.templates, where=source)
     registry[id] = spec
     return spec
+
+
+def _workflow_class(name: str, source: str) -> type[Workflow]:
+    """The workflow class a spec names: a key of ``WORKFLOWS`` or ``"package.module:Class"``."""
+    if ":" not in name:
+        if name not in WORKFLOWS:
+            raise ValueError(
+                f"{source}: unknown workflow {name!r}{_suggest(name, WORKFLOWS)}; "
+                f"known: {', '.join(sorted(WORKFLOWS))}, or an entry point "
+                "'package.module:Class'"
+            )
+        return WORKFLOWS[name]
+    module_name, _, attr = name.partition(":")
+    where = f"{source}: workflow entry point {name!r}"
+    if not module_name or not attr:
+        raise ValueError(f"{where} is not of the form 'package.module:Class'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as e:  # any error while importing the user's module is reported as is
+        raise ValueError(
+            f"{where}: importing {module_name!r} failed: {type(e).__name__}: {e}"
+        ) from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as e:
+            raise ValueError(f"{where}: module {module_name!r} has no attribute {attr!r}") from e
+    if not (isinstance(obj, type) and issubclass(obj, Workflow)):
+        raise ValueError(f"{where} is {obj!r}, not a subclass of marti_env.workflows.Workflow")
+    return obj
 
 
 def spec(id: str) -> EnvSpec:
@@ -258,7 +304,8 @@ def envs_dir() -> Path:
 
 
 def load_spec_file(path: str | Path) -> EnvSpec:
-    """Register the environment declared in one YAML file."""
+    """Register the environment declared in one YAML file (see the module docstring); its
+    ``workflow`` may be a registered name or an entry point ``"package.module:Class"``."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

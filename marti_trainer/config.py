@@ -243,9 +243,8 @@ class AlgorithmConfig(Section):
         "= one per (task, role, round), pooling the agents that share a role and a round (MAD's "
         "debaters see the same prompt in round 0 and the same answers, in their own order, "
         "later), so a shared model gets groups of n_samples x agents: a better baseline and "
-        "more groups with a reward spread from the same rollouts (quick start, seeds 0-4: +9 to "
-        "+18 points, mean +13.4, against +5 to +13, mean +10.0, by agent). Needs "
-        "model.sharing=shared.",
+        "more groups with a reward spread from the same rollouts (measured comparison: the "
+        "README's quick start). Needs model.sharing=shared.",
     )
     skip_zero_advantage: bool = setting(
         True,

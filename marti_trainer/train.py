@@ -50,7 +50,7 @@ from marti_trainer.policies import SamplingParams
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
 from marti_trainer.team import Team, Unit, build_team, score_with
 
-__all__ = ["TaskSampler", "evaluate", "train"]
+__all__ = ["TaskSampler", "evaluate_heldout", "train"]
 
 
 class TaskSampler:
@@ -110,7 +110,7 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     return out
 
 
-def evaluate(
+def evaluate_heldout(
     team: Team,
     cfg: TrainConfig,
     tasks: list,
@@ -385,7 +385,7 @@ def train(
             path = run_dir / "eval" / f"step_{step:06d}.jsonl"
             path.parent.mkdir(exist_ok=True)
             path.unlink(missing_ok=True)  # a redone step rewrites its file
-        return evaluate(team, cfg, eval_tasks, dict(cfg.env.kwargs), path)
+        return evaluate_heldout(team, cfg, eval_tasks, dict(cfg.env.kwargs), path)
 
     checkpoint = None
     saves: list[float] = []  # seconds of each save (it follows its step's log line)

@@ -25,7 +25,8 @@ from marti_env.credit.bench import (
 )
 from marti_env.credit.bench.sim import PERSUADE, SKILL, Played
 from marti_env.record import EpisodeRecord, Turn
-from marti_trainer.bench_cli import add_bench_parser
+from marti_trainer.cli import main
+from marti_trainer.cli.bench import add_bench_parser
 
 SURE, NEVER = 50.0, -50.0  # logits whose sigmoid is 1.0 / ~1e-22: deterministic choices
 TINY = BenchConfig(updates=2, batch=4, eval_episodes=8, attr_configs=1, attr_episodes=8)
@@ -223,15 +224,18 @@ def forget_round_relative():
 
 
 @pytest.mark.usefixtures("forget_round_relative")
-def test_docs_example_registers_and_benchmarks(tmp_path, capsys):
+def test_docs_example_registers_and_benchmarks(tmp_path, capsys, monkeypatch):
+    """docs/examples/my_credit.py, shown whole in docs/credit.md, through `marti bench credit`."""
     text = (REPO / "docs" / "credit.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(\"\"\"my_credit\.py.*?)```", text, re.S).group(1)
     assert len(code.strip().splitlines()) <= 30
-    example = tmp_path / "my_credit.py"
-    example.write_text(code, encoding="utf-8")
+    example = REPO / "docs" / "examples" / "my_credit.py"
+    assert example.read_text(encoding="utf-8") == code, "docs/credit.md shows the file as it is"
+    monkeypatch.chdir(REPO)  # the path as the docs give it
     out = tmp_path / "out"
-    argv = ["bench", "credit", "--import", str(example), "--methods", "none,round_relative:w=2"]
-    assert cli([*argv, "--envs", "mad-v0", "--seeds", "0", "--out", str(out), *SMALL]) == 0
+    argv = ["bench", "credit", "--import", "docs/examples/my_credit.py"]
+    argv += ["--methods", "none,round_relative:w=2", "--envs", "mad-v0", "--seeds", "0"]
+    assert main([*argv, "--out", str(out), *SMALL]) == 0
     printed = capsys.readouterr().out
     assert "round_relative:w=2" in printed
     assert (out / "results.csv").is_file() and (out / "summary.csv").is_file()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from marti_env.credit.bench import write_outputs
-from marti_trainer.credit_bench import cell_config, run_llm_benchmark
+from marti_trainer.credit_bench_llm import cell_config, run_llm_benchmark
 from marti_trainer.metrics import read_metrics
 from marti_trainer.train import train
 from tests.test_credit_bench import cli

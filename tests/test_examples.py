@@ -8,6 +8,7 @@ score), and the tests check that the weights changed.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -29,12 +30,21 @@ def tiny(tmp_path_factory):
     return tiny_random_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
 
+# A DeepSpeed test earlier in this pytest process leaves its single-process rendezvous
+# (MASTER_PORT, whose store still listens, RANK, ...) in os.environ; an example that
+# initialises torch.distributed (TRL through accelerate) would inherit it and fail on
+# "address already in use". A user runs the examples from a plain shell.
+_RENDEZVOUS = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+
+
 def run(*parts: str, timeout: int = 600) -> str:
     """Run the code ``parts`` (each dedented) in a fresh Python; return its stdout."""
     code = "".join(textwrap.dedent(part) for part in parts)
+    env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,10 +1,11 @@
 """The docs' code examples run (as PettingZoo runs its docs' examples in CI), and the README's
 test command is the one CI runs.
 
-A ``python`` block whose first line is ``# from examples/<file>.py`` is an excerpt of an
-example that tests/test_examples.py runs: its lines must appear in that file, in order
-(``...`` lines stand for omitted ones), so the excerpt cannot drift from the code CI runs.
-Other blocks are run as they are."""
+A ``python`` block whose first line is ``# from examples/<file>.py`` (or
+``# from docs/examples/<file>.py``) is an excerpt of an example that tests/test_examples.py
+(or tests/test_docs.py) runs: its lines must appear in that file, in order (``...`` lines
+stand for omitted ones), so the excerpt cannot drift from the code CI runs. Other blocks are
+run as they are."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import pytest
 from tests.conftest import REPO
 
 README = REPO / "README.md"
-DOCS = [README, REPO / "docs" / "custom_loops.md", REPO / "docs" / "model.md"]
-EXCERPT = re.compile(r"# from (examples/[\w/]+\.py)\n")
+PAGES = ("custom_loops.md", "model.md", "workflows.md", "backends.md")
+DOCS = [README, *(REPO / "docs" / page for page in PAGES)]
+EXCERPT = re.compile(r"# from ((?:docs/)?examples/[\w/]+\.py)\n")
 
 
 def python_blocks(path) -> list[str]:

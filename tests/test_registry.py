@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 import marti_env
 from marti_env.registry import load_spec_file
-from marti_env.workflows import Debate
+from marti_env.workflows import Debate, Request, Workflow
 
 
 def test_make_returns_parallel_env_with_defaults():
@@ -175,3 +177,81 @@ def test_reward_options_in_a_registered_spec():
             prompts={"solve": "{{problem}}"},
         )
     assert "capped-v0" not in marti_env.registry
+
+
+# --- workflows by entry point ("package.module:Class"), as Gymnasium's entry_point --------
+
+
+class Echo(Workflow):
+    """A workflow outside the library: one speaker answers; its answer is the team's."""
+
+    name = "echo"
+    templates: ClassVar = {"say": frozenset({"problem"})}
+    agents = ("speaker_0",)
+    num_rounds = 1
+
+    def role(self, agent):
+        return "speaker"
+
+    def actors(self, round):
+        return self.agents
+
+    def request(self, agent, round, task, transcript, rng):
+        return Request("say", {"problem": task.prompt})
+
+    def rule_inputs(self, transcript):
+        return {t.agent: t.answer for t in transcript}
+
+    def final_rule(self, answers, tie_order):
+        return answers.get("speaker_0")
+
+
+NOT_A_WORKFLOW = 3
+ECHO_SPEC = "id: echo-v0\nworkflow: {}\nprompts: {{say: '{{{{problem}}}}'}}\n"
+
+
+def play_echo(env_id: str) -> float:
+    env = marti_env.make(env_id)
+    env.reset(seed=0, options={"task": marti_env.Task("t", "What is 1 + 1?", "2")})
+    *_, infos = env.step({"speaker_0": r"\boxed{2}"})
+    return infos["speaker_0"]["episode"].outcome
+
+
+def test_a_yaml_spec_names_its_workflow_by_entry_point(tmp_path):
+    path = tmp_path / "echo-v0.yaml"
+    path.write_text(ECHO_SPEC.format("tests.test_registry:Echo"))
+    spec = load_spec_file(path)
+    try:
+        assert spec.workflow is Echo and marti_env.spec("echo-v0") is spec
+        assert play_echo("echo-v0") == 1.0
+    finally:
+        del marti_env.registry["echo-v0"]
+    spec = marti_env.register("echo-v1", "tests.test_registry:Echo", prompts={"say": "{{problem}}"})
+    try:
+        assert spec.workflow is Echo and play_echo("echo-v1") == 1.0
+    finally:
+        del marti_env.registry["echo-v1"]
+
+
+@pytest.mark.parametrize(
+    ("entry_point", "message"),
+    [
+        ("tests.no_such_module:Echo", r"importing 'tests\.no_such_module' failed: ModuleNotFound"),
+        ("broken_module:Echo", r"importing 'broken_module' failed: RuntimeError: boom"),
+        ("tests.test_registry:Ecko", r"module 'tests\.test_registry' has no attribute 'Ecko'"),
+        ("tests.test_registry:NOT_A_WORKFLOW", r"is 3, not a subclass of .*\.Workflow"),
+        (":Echo", r"not of the form 'package\.module:Class'"),
+        ("tests.test_registry", r"unknown workflow .*or an entry point 'package\.module:Class'"),
+    ],
+)  # fmt: skip
+def test_entry_point_errors_name_the_file_the_entry_point_and_the_failure(
+    tmp_path, monkeypatch, entry_point, message
+):
+    (tmp_path / "broken_module.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "echo-v0.yaml"
+    path.write_text(ECHO_SPEC.format(entry_point))
+    with pytest.raises(ValueError, match=message) as info:
+        load_spec_file(path)
+    assert str(path) in str(info.value) and repr(entry_point) in str(info.value)
+    assert "echo-v0" not in marti_env.registry

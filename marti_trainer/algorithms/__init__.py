@@ -6,8 +6,8 @@
 * :mod:`~marti_trainer.algorithms.losses`: the clipped policy loss (clip-higher), loss
   aggregation modes, KL as a loss term or as a reward penalty, entropy and log-probabilities
   from logits.
-* :mod:`~marti_trainer.algorithms.shaping`: reward shaping the trainer adds to credited
-  rewards (DAPO's soft overlong penalty).
+* :mod:`~marti_trainer.algorithms.overlong`: DAPO's soft overlong penalty, which the trainer
+  adds to credited rewards.
 
 Each function documents its shapes, its formula and the paper it follows.
 """
@@ -37,7 +37,7 @@ from marti_trainer.algorithms.losses import (
     masked_mean,
     policy_loss,
 )
-from marti_trainer.algorithms.shaping import overlong_penalty
+from marti_trainer.algorithms.overlong import overlong_penalty
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

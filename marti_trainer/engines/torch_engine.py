@@ -10,7 +10,8 @@ One :meth:`TorchEngine.step`::
     clip_grad_norm_(max_grad_norm); optimizer.step(); scheduler.step()
 
 bf16 autocast over fp32 master weights is ~1.7x faster than fp32 on a CPU and, unlike
-bf16 weights, keeps small updates (see NOTES.md).
+bf16 weights, keeps small updates (bf16's 8 significant bits round away any change below
+about 2^-9 of a weight, e.g. an AdamW step of 1e-5 on a weight of 0.01).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 ['acc_auc_mean', 'acc_auc_std', 'acc_final_mean']
 
 Pure numpy (matplotlib only for the plot, imported on use). The command line is
-``marti bench credit`` (:mod:`marti_trainer.bench_cli`); the metrics are defined in
+``marti bench credit`` (:mod:`marti_trainer.cli.bench`); the metrics are defined in
 :mod:`marti_env.credit.bench.harness`, the simulated agents in
 :mod:`marti_env.credit.bench.sim`.
 """

@@ -9,7 +9,7 @@ Tiers:
   REINFORCE through the real envs (:mod:`marti_env.credit.bench`); seconds per method and
   env on a CPU, no LLM. Scores attribution accuracy (rank correlation of each agent's
   credit with its true marginal contribution) and team accuracy after training.
-* ``llm``: every cell is a real training run (:mod:`marti_trainer.credit_bench`) from a
+* ``llm``: every cell is a real training run (:mod:`marti_trainer.credit_bench_llm`) from a
   base config (``--config``, default ``baselines/quickstart.yaml``: the default model on
   arithmetic tasks), at its fixed budget; ``--set key=value`` changes the base (e.g.
   ``--set total_steps=6``). Minutes per cell on a CPU, so its defaults are small
@@ -42,6 +42,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+# An import inside a function keeps a heavy dependency (torch, transformers, vllm, ray)
+# lazy: building the parser imports none, so `marti envs` answers instantly.
 
 DEFAULT_ENVS = "mad-v0,moa-v0,chain-v0"
 LLM_DEFAULTS = {"methods": "none,quality", "envs": "mad-v0", "seeds": "0"}
@@ -172,9 +175,9 @@ def run_credit_bench(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     start = time.perf_counter()
     if args.tier == "llm":
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `marti train` (train_cli.py)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `marti train` (cli/train.py)
         from marti_trainer.config import load_config
-        from marti_trainer.credit_bench import run_llm_benchmark
+        from marti_trainer.credit_bench_llm import run_llm_benchmark
 
         path = args.config or "baselines/quickstart.yaml"
         if not Path(path).is_file():

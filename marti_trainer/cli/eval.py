@@ -13,8 +13,7 @@ path, a benchmark name (``gsm8k/test``, ``math500``...), ``hf:<name>``, or ``ari
 (the procedural generator's *test* split; ``--levels`` picks the levels). ``--checkpoint``
 evaluates the weights a ``marti train`` run saved (its newest checkpoint, or the one named),
 on the run's own held-out tasks (``env.eval_tasks``) unless ``--data`` says otherwise, in any
-env: e.g. a model trained alone, in a debate. Heavy imports
-(torch, transformers) happen only when the command runs.
+env: e.g. a model trained alone, in a debate.
 """
 
 from __future__ import annotations
@@ -22,6 +21,9 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+# An import inside a function keeps a heavy dependency (torch, transformers, vllm, ray)
+# lazy: building the parser imports none, so `marti envs` answers instantly.
 
 __all__ = ["add_eval_parser", "run_eval"]
 

@@ -1,5 +1,9 @@
 """The LLM tier of ``marti bench credit``: every (env, method, seed) cell is a real training run.
 
+The fast tier (simulated agents, no torch) is :mod:`marti_env.credit.bench`; this module is
+its trainer-side counterpart, so it lives in ``marti_trainer`` and imports the trainer.
+:mod:`marti_trainer.cli.bench` parses the command line and calls :func:`run_llm_benchmark`.
+
 Each cell trains with :func:`marti_trainer.train.train` from one base config (by default
 ``baselines/quickstart.yaml``: SmolLM2-135M-Instruct, arithmetic tasks), changing only the
 env, the credit method and the seed, so every method gets the same fixed budget

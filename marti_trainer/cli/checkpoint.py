@@ -1,4 +1,6 @@
-"""``marti export`` and ``marti checkpoint verify | convert``.
+"""``marti export`` and ``marti checkpoint verify | convert``: a run's saved weights, out of
+marti (a Hugging Face or PEFT folder), checked against their manifest, or converted from the
+first (pickle) format.
 
 Examples::
 
@@ -13,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+
+# An import inside a function keeps a heavy dependency (torch, transformers, vllm, ray)
+# lazy: building the parser imports none, so `marti envs` answers instantly.
 
 __all__ = ["add_checkpoint_parsers"]
 

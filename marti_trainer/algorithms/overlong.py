@@ -1,4 +1,9 @@
-"""Reward shaping applied by the trainer on top of the env's credited rewards."""
+"""DAPO's soft overlong penalty: what the trainer adds to a credited reward for a response
+that nears or hits the token budget.
+
+Not credit assignment: the env's credit methods (MARTI's reward shaping among them) live in
+:mod:`marti_env.credit`; this penalty reads only a response's length.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``marti train CONFIG [key=value ...] [--resume [RUN_DIR]]``.
+"""``marti train CONFIG [key=value ...] [--resume [RUN_DIR]]``: train agents from a YAML config.
 
 Examples::
 
@@ -15,6 +15,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+# An import inside a function keeps a heavy dependency (torch, transformers, vllm, ray)
+# lazy: building the parser imports none, so `marti envs` answers instantly.
 
 __all__ = ["add_train_parser", "run_train"]
 
