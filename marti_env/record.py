@@ -12,12 +12,20 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from marti_env.tasks.task import Task
 
-Message = dict[str, str]
-"""A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+class Message(TypedDict):
+    """One chat message: ``role`` (``"system"``, ``"user"``, ``"assistant"``) and its text.
+
+    The one message type of the library: the env's observations and records hold these, and
+    the trainer's policies take lists of them as prompts.
+    """
+
+    role: str
+    content: str
 
 
 @dataclass

@@ -227,7 +227,7 @@ def test_generate_each_is_one_call_with_per_request_parameters(policy):
 def test_continuous_driver_matches_generate_and_leaves_the_engine_free(policy):
     import threading
 
-    from marti_trainer.rollout.backends import Request, make_driver
+    from marti_trainer.rollout.backends import GenerationRequest, make_driver
 
     params = [SamplingParams(temperature=1.0, max_tokens=6, seed=s) for s in (1, 2, 3)]
     params.append(SamplingParams(temperature=0, max_tokens=3))
@@ -242,10 +242,10 @@ def test_continuous_driver_matches_generate_and_leaves_the_engine_free(policy):
 
     driver = make_driver("auto", policy, on_done, 8)
     assert driver.kind == "continuous"
-    driver.submit([Request(tuple(prompts[0]), params[0], None, tag=0)])
+    driver.submit([GenerationRequest(tuple(prompts[0]), params[0], None, tag=0)])
     pairs = list(zip(prompts, params, strict=True))
-    later = [Request(tuple(m), p, None, tag=i) for i, (m, p) in enumerate(pairs)]
-    bad = Request(tuple(PROMPTS[0]), params[0], "nope", tag="bad")
+    later = [GenerationRequest(tuple(m), p, None, tag=i) for i, (m, p) in enumerate(pairs)]
+    bad = GenerationRequest(tuple(PROMPTS[0]), params[0], "nope", tag="bad")
     driver.submit([*later[1:], bad])  # they join the running engine
     assert all_done.wait(120)
     driver.close()

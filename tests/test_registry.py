@@ -8,7 +8,7 @@ import pytest
 
 import marti_env
 from marti_env.registry import load_spec_file
-from marti_env.workflows import Debate, Request, Workflow
+from marti_env.workflows import Debate, Prompt, Workflow
 
 
 def test_make_returns_parallel_env_with_defaults():
@@ -197,7 +197,7 @@ class Echo(Workflow):
         return self.agents
 
     def request(self, agent, round, task, transcript, rng):
-        return Request("say", {"problem": task.prompt})
+        return Prompt("say", {"problem": task.prompt})
 
     def rule_inputs(self, transcript):
         return {t.agent: t.answer for t in transcript}

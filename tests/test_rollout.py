@@ -433,7 +433,7 @@ def run_continuous(policy, prompts, params, max_rows: int, one_by_one: bool):
     one submission.
     """
     from marti_trainer.policies.hf_continuous import ContinuousDriver
-    from marti_trainer.rollout.backends import Request
+    from marti_trainer.rollout.backends import GenerationRequest
 
     done: dict[int, Generation] = {}
     finished = threading.Event()
@@ -444,7 +444,7 @@ def run_continuous(policy, prompts, params, max_rows: int, one_by_one: bool):
         if len(done) == len(prompts):
             finished.set()
 
-    requests = [Request(tuple(p), sp, None, tag=k) for k, (p, sp) in
+    requests = [GenerationRequest(tuple(p), sp, None, tag=k) for k, (p, sp) in
                 enumerate(zip(prompts, params, strict=True))]  # fmt: skip
     driver = ContinuousDriver(policy, on_done, max_rows=max_rows)
     try:

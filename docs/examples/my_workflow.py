@@ -3,7 +3,7 @@
 from typing import ClassVar
 
 import marti_env
-from marti_env.workflows import Request, Workflow
+from marti_env.workflows import Prompt, Workflow
 
 
 class SolveThenCheck(Workflow):
@@ -26,8 +26,8 @@ class SolveThenCheck(Workflow):
 
     def request(self, agent, round, task, transcript, rng):
         if round == 0:
-            return Request("solve", {"problem": task.prompt})
-        return Request("check", {"problem": task.prompt, "solution": self.shown(transcript[0])})
+            return Prompt("solve", {"problem": task.prompt})
+        return Prompt("check", {"problem": task.prompt, "solution": self.shown(transcript[0])})
 
     def rule_inputs(self, transcript):
         return {t.agent: t.answer for t in transcript}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marti_env.workflows.base import Request, Workflow, clip_middle, defuse_markers
+from marti_env.workflows.base import Prompt, Workflow, clip_middle, defuse_markers
 from marti_env.workflows.chain import ChainOfAgents
 from marti_env.workflows.mad import Debate
 from marti_env.workflows.majority import MajorityVote
@@ -21,7 +21,7 @@ __all__ = [
     "Debate",
     "MajorityVote",
     "MixtureOfAgents",
-    "Request",
+    "Prompt",
     "Single",
     "Workflow",
     "clip_middle",

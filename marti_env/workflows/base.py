@@ -25,7 +25,7 @@ from marti_env.workflows.voting import majority_vote
 
 
 @dataclass(frozen=True)
-class Request:
+class Prompt:
     """What one agent is asked in one round: a prompt template and its field values."""
 
     template: str
@@ -136,7 +136,7 @@ class Workflow(ABC):
         task: Task,
         transcript: Sequence[Turn],
         rng: np.random.Generator,
-    ) -> Request:
+    ) -> Prompt:
         """What ``agent`` is asked in ``round``, given the turns taken so far.
 
         ``rng`` is the episode's generator (for seeded shuffles); a workflow must draw from

@@ -37,7 +37,7 @@ import numpy as np
 
 from marti_env.record import Turn
 from marti_env.tasks.task import Task
-from marti_env.workflows.base import Request, Workflow
+from marti_env.workflows.base import Prompt, Workflow
 
 GENERATOR, VERIFIER, REFINER = "generator_0", "verifier_0", "refiner_0"
 
@@ -65,14 +65,14 @@ class ChainOfAgents(Workflow):
         task: Task,
         transcript: Sequence[Turn],
         rng: np.random.Generator,
-    ) -> Request:
+    ) -> Prompt:
         if round == 0:
-            return Request("solve", {"problem": task.prompt})
+            return Prompt("solve", {"problem": task.prompt})
         solution = self.shown(transcript[0])
         if round == 1:
-            return Request("verify", {"problem": task.prompt, "solution": solution})
+            return Prompt("verify", {"problem": task.prompt, "solution": solution})
         critique = self.shown(transcript[1])
-        return Request(
+        return Prompt(
             "refine", {"problem": task.prompt, "solution": solution, "critique": critique}
         )
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from marti_env.record import Turn
 from marti_env.tasks.task import Task
-from marti_env.workflows.base import Request, Workflow, check_int, numbered
+from marti_env.workflows.base import Prompt, Workflow, check_int, numbered
 
 
 class Debate(Workflow):
@@ -84,15 +84,15 @@ class Debate(Workflow):
         task: Task,
         transcript: Sequence[Turn],
         rng: np.random.Generator,
-    ) -> Request:
+    ) -> Prompt:
         if round == 0:
-            return Request("solve", {"problem": task.prompt})
+            return Prompt("solve", {"problem": task.prompt})
         previous = [t for t in transcript if t.round == round - 1]
         if not self.include_self:
             previous = [t for t in previous if t.agent != agent]
         order = rng.permutation(len(previous))
         shown = [self.shown(previous[i]) for i in order]
-        return Request(
+        return Prompt(
             "debate",
             {
                 "problem": task.prompt,

@@ -27,7 +27,7 @@ import numpy as np
 
 from marti_env.record import Turn
 from marti_env.tasks.task import Task
-from marti_env.workflows.base import Request, Workflow, check_int
+from marti_env.workflows.base import Prompt, Workflow, check_int
 
 
 class MajorityVote(Workflow):
@@ -53,8 +53,8 @@ class MajorityVote(Workflow):
         task: Task,
         transcript: Sequence[Turn],
         rng: np.random.Generator,
-    ) -> Request:
-        return Request("solve", {"problem": task.prompt})
+    ) -> Prompt:
+        return Prompt("solve", {"problem": task.prompt})
 
     def rule_inputs(self, transcript: Sequence[Turn]) -> dict[str, str | None]:
         return {t.agent: t.answer for t in transcript}

@@ -33,7 +33,7 @@ import numpy as np
 
 from marti_env.record import Turn
 from marti_env.tasks.task import Task
-from marti_env.workflows.base import Request, Workflow, check_int, numbered
+from marti_env.workflows.base import Prompt, Workflow, check_int, numbered
 
 AGGREGATOR = "aggregator_0"
 
@@ -66,12 +66,12 @@ class MixtureOfAgents(Workflow):
         task: Task,
         transcript: Sequence[Turn],
         rng: np.random.Generator,
-    ) -> Request:
+    ) -> Prompt:
         if round == 0:
-            return Request("solve", {"problem": task.prompt})
+            return Prompt("solve", {"problem": task.prompt})
         proposals = [t for t in transcript if t.round == 0]
         order = rng.permutation(len(proposals))
-        return Request(
+        return Prompt(
             "aggregate",
             {
                 "problem": task.prompt,

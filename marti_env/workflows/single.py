@@ -25,7 +25,7 @@ import numpy as np
 
 from marti_env.record import Turn
 from marti_env.tasks.task import Task
-from marti_env.workflows.base import Request, Workflow
+from marti_env.workflows.base import Prompt, Workflow
 
 SOLVER = "solver_0"
 
@@ -49,8 +49,8 @@ class Single(Workflow):
         task: Task,
         transcript: Sequence[Turn],
         rng: np.random.Generator,
-    ) -> Request:
-        return Request("solve", {"problem": task.prompt})
+    ) -> Prompt:
+        return Prompt("solve", {"problem": task.prompt})
 
     def rule_inputs(self, transcript: Sequence[Turn]) -> dict[str, str | None]:
         return {t.agent: t.answer for t in transcript}

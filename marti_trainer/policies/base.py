@@ -27,7 +27,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal
+
+from marti_env.record import Message
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -45,13 +47,6 @@ __all__ = [
     "tokenize_prompts",
     "validate_prompts",
 ]
-
-
-class Message(TypedDict):
-    """One chat message: ``role`` (``"system"``, ``"user"``, ``"assistant"``) and text."""
-
-    role: str
-    content: str
 
 
 FinishReason = Literal["stop", "length"]

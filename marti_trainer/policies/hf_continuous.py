@@ -54,7 +54,7 @@ from marti_trainer.policies.base import (
     validate_prompts,
 )
 from marti_trainer.policies.hf import HFPolicy, _prefill, _Row
-from marti_trainer.rollout.backends import DoneCallback, Request, WorkerDriver
+from marti_trainer.rollout.backends import DoneCallback, GenerationRequest, WorkerDriver
 
 __all__ = ["ContinuousDriver", "hf_generate_each"]
 
@@ -172,7 +172,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.rows: list[_Row] = []
-        self.requests: list[Request] = []
+        self.requests: list[GenerationRequest] = []
         self.alive: list[bool] = []
         self.cache: Any = None
         self.mask: torch.Tensor | None = None
@@ -238,7 +238,7 @@ class _Batch:
         self.alive += other.alive
 
 
-def _key(request: Request) -> tuple[Any, ...]:
+def _key(request: GenerationRequest) -> tuple[Any, ...]:
     p = request.params
     return (request.adapter, p.temperature, p.top_p, p.stop)
 
@@ -277,7 +277,7 @@ class ContinuousDriver(WorkerDriver):
 
     # -- worker ---------------------------------------------------------------------------
 
-    def _in_progress(self) -> list[Request]:
+    def _in_progress(self) -> list[GenerationRequest]:
         batch = self._batch
         return [r for r, alive in zip(batch.requests, batch.alive, strict=True) if alive]
 
@@ -305,7 +305,7 @@ class ContinuousDriver(WorkerDriver):
                     self._batch.clear()
                     self._fail(failed, _policy_error("HF continuous batching failed", exc))
 
-    def _take(self) -> list[Request]:
+    def _take(self) -> list[GenerationRequest]:
         """Pending requests that fit the batch (same key, free rows), in arrival order."""
         free = self.max_rows - self._batch.live
         if free <= 0 or not self._pending:
@@ -313,8 +313,8 @@ class ContinuousDriver(WorkerDriver):
         key = _key(self._pending[0])
         if self._batch.live and key != self._batch.key:
             return []  # the oldest request needs other settings: let the batch drain first
-        taken: list[Request] = []
-        rest: deque[Request] = deque()
+        taken: list[GenerationRequest] = []
+        rest: deque[GenerationRequest] = deque()
         while self._pending:
             request = self._pending.popleft()
             if len(taken) < free and _key(request) == key:
@@ -324,14 +324,14 @@ class ContinuousDriver(WorkerDriver):
         self._pending = rest
         return taken
 
-    def _admit(self, requests: list[Request]) -> None:
+    def _admit(self, requests: list[GenerationRequest]) -> None:
         """Tokenise, prefill and sample the first token of new requests; merge them in.
 
         A failure here fails exactly the admitted requests (the running batch is untouched).
         """
         policy = self._hf
         rows: list[_Row] = []
-        kept: list[Request] = []
+        kept: list[GenerationRequest] = []
         for request in requests:
             try:
                 validate_prompts([request.messages])
@@ -357,7 +357,7 @@ class ContinuousDriver(WorkerDriver):
             return
         self._deliver(finished)
 
-    def _prefill(self, rows: list[_Row], requests: list[Request]) -> _Batch:
+    def _prefill(self, rows: list[_Row], requests: list[GenerationRequest]) -> _Batch:
         """A batch of new rows, left-padded, prefilled (``logits`` of the last position)."""
         policy = self._hf
         prompts = [r.prompt_ids for r in rows]
@@ -397,11 +397,11 @@ class ContinuousDriver(WorkerDriver):
 
     def _advance(
         self, batch: _Batch, logits: torch.Tensor, params: SamplingParams
-    ) -> list[tuple[Request, Generation]]:
+    ) -> list[tuple[GenerationRequest, Generation]]:
         """Sample one token per row; drop finished rows from ``batch`` and return them."""
         policy = self._hf
         tokens, logprobs = policy._sample(logits, batch.rows, [True] * len(batch), params)
-        finished: list[tuple[Request, Generation]] = []
+        finished: list[tuple[GenerationRequest, Generation]] = []
         for b, row in enumerate(batch.rows):
             if not batch.alive[b]:
                 continue
@@ -418,7 +418,7 @@ class ContinuousDriver(WorkerDriver):
         batch.compact()
         return finished
 
-    def _deliver(self, finished: list[tuple[Request, Generation]]) -> None:
+    def _deliver(self, finished: list[tuple[GenerationRequest, Generation]]) -> None:
         if not self._closed:
             for request, gen in finished:
                 self.on_done(request, gen, None)

@@ -24,7 +24,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from marti_trainer.policies.base import tokenize_prompts, validate_prompts
-from marti_trainer.rollout.backends import DoneCallback, Request, WorkerDriver
+from marti_trainer.rollout.backends import DoneCallback, GenerationRequest, WorkerDriver
 
 if TYPE_CHECKING:
     from marti_trainer.policies.vllm import VLLMPolicy
@@ -57,12 +57,12 @@ class VLLMContinuousDriver(WorkerDriver):
         self._vllm = policy
         self._engine = policy.llm.llm_engine
         self._ids = (f"marti-rollout-{k}" for k in itertools.count())
-        self._running: dict[str, tuple[Request, list[int]]] = {}
+        self._running: dict[str, tuple[GenerationRequest, list[int]]] = {}
         self._start("rollout-vllm")
 
     # -- worker ---------------------------------------------------------------------------
 
-    def _in_progress(self) -> list[Request]:
+    def _in_progress(self) -> list[GenerationRequest]:
         return [request for request, _ in self._running.values()]
 
     def _stopped(self) -> None:
@@ -90,7 +90,7 @@ class VLLMContinuousDriver(WorkerDriver):
                     if output.finished:
                         self._finish(output)
 
-    def _add(self, request: Request) -> None:
+    def _add(self, request: GenerationRequest) -> None:
         """Render, check and add one request to the engine (errors fail only it)."""
         policy = self._vllm
         try:

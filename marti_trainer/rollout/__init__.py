@@ -8,7 +8,12 @@ See :mod:`marti_trainer.rollout.engine` for the model of concurrency and
 package does not import torch.
 """
 
-from marti_trainer.rollout.backends import DRIVER_KINDS, Request, generate_each, make_driver
+from marti_trainer.rollout.backends import (
+    DRIVER_KINDS,
+    GenerationRequest,
+    generate_each,
+    make_driver,
+)
 from marti_trainer.rollout.engine import PolicySpec, RolloutError, rollout
 from marti_trainer.rollout.samples import (
     GROUP_BY,
@@ -23,9 +28,9 @@ from marti_trainer.rollout.seeds import derive_seed, env_seed, request_seed
 __all__ = [
     "DRIVER_KINDS",
     "GROUP_BY",
+    "GenerationRequest",
     "GroupKey",
     "PolicySpec",
-    "Request",
     "RolloutBatch",
     "RolloutError",
     "RolloutStats",

@@ -1,6 +1,6 @@
 """How rollout requests reach a :class:`~marti_trainer.policies.Policy`: the drivers.
 
-A rollout turns every active agent of every running episode into a :class:`Request` (chat
+A rollout turns every active agent of every running episode into a :class:`GenerationRequest` (chat
 messages, sampling parameters with a per-request seed, adapter). A *driver* owns one policy
 object and serves requests asynchronously: ``submit`` returns at once and the driver calls
 ``on_done(request, generation, error)`` from its own thread when the request finished. The
@@ -64,7 +64,7 @@ __all__ = [
     "ConcurrentDriver",
     "Driver",
     "DriverKind",
-    "Request",
+    "GenerationRequest",
     "WorkerDriver",
     "generate_each",
     "make_driver",
@@ -75,7 +75,7 @@ DRIVER_KINDS: tuple[str, ...] = ("auto", "concurrent", "continuous", "batch")
 
 
 @dataclass(eq=False)
-class Request:
+class GenerationRequest:
     """One generation request of a rollout.
 
     Attributes:
@@ -93,11 +93,11 @@ class Request:
     submitted_at: float = field(default=0.0, compare=False)
 
 
-DoneCallback = Callable[[Request, Generation | None, BaseException | None], None]
+DoneCallback = Callable[[GenerationRequest, Generation | None, BaseException | None], None]
 """``on_done(request, generation, error)``: exactly one of generation / error is None."""
 
 
-def _batch_key(request: Request) -> tuple[str | None, SamplingParams]:
+def _batch_key(request: GenerationRequest) -> tuple[str | None, SamplingParams]:
     """Requests with equal keys may share one batched call (see :func:`generate_each`)."""
     return request.adapter, dataclasses.replace(request.params, seed=None, max_tokens=1)
 
@@ -145,7 +145,7 @@ class Driver(ABC):
         self.on_done = on_done
 
     @abstractmethod
-    def submit(self, requests: Sequence[Request]) -> None:
+    def submit(self, requests: Sequence[GenerationRequest]) -> None:
         """Start serving ``requests`` (returns at once)."""
 
     @abstractmethod
@@ -171,7 +171,7 @@ class WorkerDriver(Driver):
 
     def __init__(self, policy: Policy, on_done: DoneCallback) -> None:
         super().__init__(policy, on_done)
-        self._pending: deque[Request] = deque()
+        self._pending: deque[GenerationRequest] = deque()
         self._cond = threading.Condition()
         self._closed = False
         self._crash: PolicyError | None = None  # set if the worker died: fails later requests
@@ -181,7 +181,7 @@ class WorkerDriver(Driver):
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, requests: Sequence[Request]) -> None:
+    def submit(self, requests: Sequence[GenerationRequest]) -> None:
         with self._cond:
             crash = self._crash
             if crash is None:
@@ -218,13 +218,13 @@ class WorkerDriver(Driver):
         """The worker's loop: serve ``_pending``; return once ``_closed`` is set."""
 
     @abstractmethod
-    def _in_progress(self) -> list[Request]:
+    def _in_progress(self) -> list[GenerationRequest]:
         """Requests taken from ``_pending`` and not yet reported (failed on a crash)."""
 
     def _stopped(self) -> None:
         """Called in the worker when it ends, however it ends (free backend state)."""
 
-    def _fail(self, requests: Sequence[Request], error: BaseException) -> None:
+    def _fail(self, requests: Sequence[GenerationRequest], error: BaseException) -> None:
         if not self._closed:
             for request in requests:
                 self.on_done(request, None, error)
@@ -252,7 +252,7 @@ class ConcurrentDriver(Driver):
         )
         self._closed = False
 
-    def submit(self, requests: Sequence[Request]) -> None:
+    def submit(self, requests: Sequence[GenerationRequest]) -> None:
         for request in requests:
             if self._pool is not None:
                 self._pool.submit(self._run, request)
@@ -264,7 +264,7 @@ class ConcurrentDriver(Driver):
                 continue
             future.add_done_callback(functools.partial(self._finished, request))
 
-    def _finished(self, request: Request, future: Future) -> None:
+    def _finished(self, request: GenerationRequest, future: Future) -> None:
         if self._closed:
             return
         exc = future.exception()
@@ -273,7 +273,7 @@ class ConcurrentDriver(Driver):
         else:
             self.on_done(request, future.result()[0][0], None)
 
-    def _run(self, request: Request) -> None:
+    def _run(self, request: GenerationRequest) -> None:
         if self._closed:
             return
         try:
@@ -298,13 +298,13 @@ class BatchDriver(Driver):
 
     def __init__(self, policy: Policy, on_done: DoneCallback) -> None:
         super().__init__(policy, on_done)
-        self._pending: list[Request] = []
+        self._pending: list[GenerationRequest] = []
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="rollout-batch", daemon=True)
         self._thread.start()
 
-    def submit(self, requests: Sequence[Request]) -> None:
+    def submit(self, requests: Sequence[GenerationRequest]) -> None:
         with self._cond:
             self._pending.extend(requests)
             self._cond.notify()
@@ -317,13 +317,13 @@ class BatchDriver(Driver):
                 if self._closed:
                     return
                 taken, self._pending = self._pending, []
-            groups: dict[Any, list[Request]] = {}
+            groups: dict[Any, list[GenerationRequest]] = {}
             for request in taken:
                 groups.setdefault(_batch_key(request), []).append(request)
             for (adapter, _), group in groups.items():
                 self._run_group(group, adapter)  # reports every request, even on errors
 
-    def _run_group(self, group: list[Request], adapter: str | None) -> None:
+    def _run_group(self, group: list[GenerationRequest], adapter: str | None) -> None:
         try:
             gens = generate_each(
                 self.policy, [r.messages for r in group], [r.params for r in group], adapter

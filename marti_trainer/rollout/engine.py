@@ -73,7 +73,13 @@ from marti_env.env import WorkflowEnv
 from marti_env.record import EpisodeRecord
 from marti_env.tasks import ListTasks, Task, TaskSource
 from marti_trainer.policies.base import Generation, Message, Policy, SamplingParams
-from marti_trainer.rollout.backends import DRIVER_KINDS, Driver, DriverKind, Request, make_driver
+from marti_trainer.rollout.backends import (
+    DRIVER_KINDS,
+    Driver,
+    DriverKind,
+    GenerationRequest,
+    make_driver,
+)
 from marti_trainer.rollout.samples import RolloutBatch, RolloutStats, Sample
 from marti_trainer.rollout.seeds import env_seed, request_seed
 
@@ -129,7 +135,7 @@ class _Episode:
     env: Any
     seed: int
     round: int = 0
-    waiting: dict[str, Request] = field(default_factory=dict)
+    waiting: dict[str, GenerationRequest] = field(default_factory=dict)
     results: dict[str, Generation] = field(default_factory=dict)
     done: list[tuple[str, int, Generation, float]] = field(default_factory=list)
     """(agent, round, generation, latency in s) of every returned request, in order."""
@@ -358,12 +364,12 @@ class _Runner:
         self.num_episodes = len(tasks) * n_samples
         self.records: list[EpisodeRecord | None] = [None] * self.num_episodes
         self.samples: list[Sample] = []
-        self.ready: list[tuple[int, int, Request]] = []  # heap of (round, seq, request)
+        self.ready: list[tuple[int, int, GenerationRequest]] = []  # heap of (round, seq, request)
         self.seq = itertools.count()
-        self.inflight: dict[int, Request] = {}  # id(request) -> request
-        self.results: queue.SimpleQueue[tuple[Request, Generation | None, BaseException | None]] = (
-            queue.SimpleQueue()
-        )
+        self.inflight: dict[int, GenerationRequest] = {}  # id(request) -> request
+        self.results: queue.SimpleQueue[
+            tuple[GenerationRequest, Generation | None, BaseException | None]
+        ] = queue.SimpleQueue()
         self.drivers: dict[int, Driver] = {}
         self.next_episode = 0
         self.finished = 0
@@ -428,7 +434,7 @@ class _Runner:
             stats=self.stats,
         )
 
-    def _wait(self) -> tuple[Request, Generation | None, BaseException | None]:
+    def _wait(self) -> tuple[GenerationRequest, Generation | None, BaseException | None]:
         """Block until a result arrives; enforce the request timeout."""
         while True:
             timeout = None
@@ -445,7 +451,9 @@ class _Runner:
                     f"{request.tag.route.name!r} backend",
                 ) from None
 
-    def _on_done(self, request: Request, gen: Generation | None, exc: BaseException | None) -> None:
+    def _on_done(
+        self, request: GenerationRequest, gen: Generation | None, exc: BaseException | None
+    ) -> None:
         """Driver threads call this; the scheduler thread handles the result."""
         self.results.put((request, gen, exc))
 
@@ -485,7 +493,9 @@ class _Runner:
                 ),
             )
             messages: tuple[Message, ...] = tuple(obs[agent]["messages"])
-            request = Request(messages, params, route.adapter, _Tag(episode, agent, r, route))
+            request = GenerationRequest(
+                messages, params, route.adapter, _Tag(episode, agent, r, route)
+            )
             episode.waiting[agent] = request
             heapq.heappush(self.ready, (r, next(self.seq), request))
         if not episode.waiting:  # a round nobody acts in: nothing to generate
@@ -494,7 +504,7 @@ class _Runner:
     def _dispatch(self) -> None:
         """Hand queued requests to their drivers, up to the concurrency limit (in sync mode
         with continuous drivers, all of them: see "Both modes" in the module docstring)."""
-        by_driver: dict[int, list[Request]] = {}
+        by_driver: dict[int, list[GenerationRequest]] = {}
         now = time.perf_counter()
         limit = self.limit
         if self.mode == "sync" and all(d.kind == "continuous" for d in self.drivers.values()):
@@ -509,7 +519,9 @@ class _Runner:
         for key, requests in by_driver.items():
             self.drivers[key].submit(requests)
 
-    def _handle(self, request: Request, gen: Generation | None, exc: BaseException | None) -> None:
+    def _handle(
+        self, request: GenerationRequest, gen: Generation | None, exc: BaseException | None
+    ) -> None:
         if self.inflight.pop(id(request), None) is None:
             return  # a duplicate report (e.g. a second error of one failed batch)
         now = time.perf_counter()
@@ -589,7 +601,7 @@ class _Runner:
         episode.done = []
         self.finished += 1
 
-    def _error(self, request: Request, cause: str) -> RolloutError:
+    def _error(self, request: GenerationRequest, cause: str) -> RolloutError:
         tag: _Tag = request.tag
         ep = tag.episode
         adapter = f", adapter {tag.route.adapter!r}" if tag.route.adapter else ""
