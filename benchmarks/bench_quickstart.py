@@ -21,7 +21,12 @@ a micro-batch of 2048 tokens).
 
     python benchmarks/bench_quickstart.py                       # default, fp32, vllm, async
     python benchmarks/bench_quickstart.py --variant default --variant lr=optim.lr=2e-5
-    python benchmarks/bench_quickstart.py --out docs/results/bench_quickstart.json
+    python benchmarks/bench_quickstart.py --out docs/results/bench_quickstart_profile.json
+    python benchmarks/bench_quickstart.py --render docs/results/bench_quickstart_profile.json
+
+``--render`` prints the table of a results file without running anything; the README's
+table is that output (a ``<!-- generated: ... -->`` block, checked by
+tests/test_generated_docs.py and rewritten by ``python benchmarks/regenerate_docs.py``).
 
 A variant is a built-in name (``VARIANTS``) or ``NAME=key=value,key=value`` overrides.
 """
@@ -121,6 +126,25 @@ def run_variant(name: str, overrides: list[str], steps: int, out_dir: Path, conf
     }
 
 
+def commit() -> str:
+    """The repository's commit, with ``+dirty`` when the tree has uncommitted changes."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return (head.stdout.strip() or "unknown") + ("+dirty" if dirty else "")
+
+
+def render(doc: dict) -> str:
+    """The markdown a results file stands for: where and at which commit, then the table."""
+    where = f"Measured on {doc['cpu']}"
+    if doc.get("commit"):
+        where += f" at commit {doc['commit']}"
+    steps = doc["results"][0]["steps"] if doc["results"] else 0
+    head = f"{where}, {steps} training steps per variant, one after another in fresh processes."
+    return head + "\n\n" + table(doc["results"], doc["probe_gflops_per_s"])
+
+
 def table(results: list[dict], probe: dict[str, float]) -> str:
     """A markdown table: one column per variant, seconds per step and share per phase."""
     head = "| phase | " + " | ".join(r["name"] for r in results) + " |"
@@ -159,7 +183,11 @@ def main() -> None:
     )
     parser.add_argument("--probe-shape", default="2048,576,1536", help="m,k,n of the probe")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--render", metavar="JSON", help="print the table of a results file")
     args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(Path(args.render).read_text())))
+        return
     variants = []
     for item in args.variant or list(VARIANTS):
         name, _, spec = item.partition("=")
@@ -167,6 +195,7 @@ def main() -> None:
         if overrides is None:
             raise SystemExit(f"unknown variant {name!r}: one of {sorted(VARIANTS)}, or NAME=k=v")
         variants.append((name, overrides))
+    at_commit = commit()
     shape = tuple(int(x) for x in args.probe_shape.split(","))
     probe = matmul_probe(shape)  # type: ignore[arg-type]
     print(f"CPU: {cpu_name()}; matmul {shape}: fp32 {probe['fp32']:.0f}, bf16 "
@@ -180,7 +209,8 @@ def main() -> None:
     print(table(results, probe))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        doc = {"cpu": cpu_name(), "probe_gflops_per_s": probe, "results": results}
+        doc = {"cpu": cpu_name(), "commit": at_commit, "probe_gflops_per_s": probe}
+        doc["results"] = results
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.out}")
 
