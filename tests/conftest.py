@@ -1,20 +1,57 @@
-"""Shared fixtures. The real default model and Ray cluster are session-scoped (loaded once)."""
+"""Shared fixtures. The real default model and Ray cluster are session-scoped (loaded once).
+
+Benchmark data: a test that needs a named set asks ``data_file("amc")`` (or is marked
+``needs_data("amc")``). Where the set is absent, the test skips with one message naming the
+set, where it was looked for and the command that gets it (``marti data get amc ...``); sets
+that ship inside the package (GSM8K test, MATH-500) are always present.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from marti_env.tasks.catalog import MissingDataError, data_dir, locate
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def missing_data(*names: str) -> str | None:
+    """The skip message for the first absent set among ``names``, or None if all are here."""
+    for name in names:
+        try:
+            locate(name)
+        except MissingDataError as e:
+            return str(e)
+    return None
+
+
+def needs_data(*names: str) -> pytest.MarkDecorator:
+    """Mark a test that reads the named sets: skipped, naming the set and the command that
+    gets it, when one is absent."""
+    reason = missing_data(*names)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+@pytest.fixture
+def data_file() -> Callable[[str], Path]:
+    """``data_file(name) -> Path`` of a named set's file; skips the test when it is absent."""
+
+    def get(name: str) -> Path:
+        try:
+            return locate(name)
+        except MissingDataError as e:
+            pytest.skip(str(e))
+
+    return get
 
 
 @pytest.fixture
 def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():  # absent data, like absent hardware: say what is missing
-        pytest.skip(
-            f"benchmark data not found at {SHARED_DATA}: the project reads ../shared/data "
-            "(or $MARTI_DATA_DIR); copy the benchmark files there to run this test"
-        )
-    return SHARED_DATA
+    """The data directory (:func:`marti_env.tasks.catalog.data_dir`); prefer ``data_file``."""
+    root = data_dir()
+    if not root.is_dir():
+        pytest.skip(f"no benchmark data directory at {root}: see `marti data list`")
+    return root

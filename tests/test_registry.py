@@ -126,7 +126,8 @@ def test_pprint_registry_lists_every_env():
         assert env_id in text
 
 
-def test_shared_benchmark_files_as_task_sources(shared_data):
+def test_shared_benchmark_files_as_task_sources(data_file):
+    data_file("math_train")  # gsm8k/test ships with the package; MATH train does not
     env = marti_env.make("single-v0", tasks="gsm8k/test")
     env.reset(seed=0)
     assert env.record.task.id.startswith("gsm8k/test/")

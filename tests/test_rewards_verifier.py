@@ -125,8 +125,8 @@ def test_score_table(verifier, response: str, gold: str | None, expected: float)
     assert verifier.score(response, gold) == expected
 
 
-def test_amc_golds(verifier, shared_data: Path) -> None:
-    rows = json.loads((shared_data / "math" / "amc.json").read_text())
+def test_amc_golds(verifier, data_file) -> None:
+    rows = json.loads(data_file("amc").read_text())
     assert len(rows) == 83
     for row in rows:
         gold = str(row["answer"])  # e.g. "142.0", as Task.from_dict makes it
@@ -135,9 +135,9 @@ def test_amc_golds(verifier, shared_data: Path) -> None:
         assert verifier.score(f"so \\boxed{{{value + 1}}}", gold) == 0.0, row["id"]
 
 
-def test_gsm8k_golds(verifier, shared_data: Path) -> None:
+def test_gsm8k_golds(verifier, data_file) -> None:
     seen_commas = 0
-    with open(shared_data / "gsm8k" / "test.jsonl") as f:
+    with open(data_file("gsm8k/test")) as f:
         for line in f:
             gold = json.loads(line)["answer"].split("####")[-1].strip()
             plain = gold.replace(",", "")

@@ -22,48 +22,48 @@ from marti_env.tasks.files import MAX_PROBLEMS
 # --- the real shared files (row counts from ../shared/data/README.md) ---------------------
 
 SHARED = {
-    "math/aime24.json": 30,
-    "math/amc.json": 83,
-    "math/math500.json": 500,
-    "math/math_train_level3to5.json": 8890,
-    "math/minerva.json": 272,
-    "math/olympiad_bench.json": 675,
-    "gsm8k/test.jsonl": 1319,
-    "gsm8k/train.jsonl": 7473,
+    "aime24": 30,
+    "amc": 83,
+    "math500": 500,
+    "math_train": 8890,
+    "minerva": 272,
+    "olympiad_bench": 675,
+    "gsm8k/test": 1319,
+    "gsm8k/train": 7473,
 }
 
 
-@pytest.mark.parametrize(("relpath", "rows"), SHARED.items())
-def test_shared_file_loads_with_readme_row_count(shared_data, relpath, rows):
-    tasks = load_tasks(shared_data / relpath)
+@pytest.mark.parametrize(("name", "rows"), SHARED.items())
+def test_shared_file_loads_with_readme_row_count(data_file, name, rows):
+    tasks = load_tasks(data_file(name))
     assert len(tasks) == rows
     assert len({t.id for t in tasks}) == rows
     assert all(t.prompt.strip() for t in tasks)
 
 
-def test_shared_file_known_answers(shared_data):
-    amc = load_tasks(shared_data / "math/amc.json")
+def test_shared_file_known_answers(data_file):
+    amc = load_tasks(data_file("amc"))
     assert amc[0].answer == "142" and amc[1].answer == "144"  # JSON 142.0, 144.0
     assert amc[0].id == "0" and amc[0].source == "amc"
 
-    gsm = load_tasks(shared_data / "gsm8k/test.jsonl")
+    gsm = load_tasks(data_file("gsm8k/test"))
     assert gsm[0].prompt.startswith("Janet’s ducks lay 16 eggs")
     assert gsm[0].answer == "18" and gsm[0].id == "test/0" and gsm[0].source == "test"
     assert gsm[146].answer == "2125"  # "#### 2,125"
     assert all(t.answer.lstrip("-").replace(".", "").isdigit() for t in gsm)
 
-    aime = load_tasks(shared_data / "math/aime24.json")
+    aime = load_tasks(data_file("aime24"))
     assert aime[1].answer == "025"  # strings are kept, not reparsed as numbers
-    math500 = load_tasks(shared_data / "math/math500.json")
+    math500 = load_tasks(data_file("math500"))
     assert math500[1].answer == "p - q"
-    minerva = load_tasks(shared_data / "math/minerva.json")
+    minerva = load_tasks(data_file("minerva"))
     assert minerva[0].answer == "9.6"  # ["9.6\n"]: first accepted form, stripped
-    olympiad = load_tasks(shared_data / "math/olympiad_bench.json")
+    olympiad = load_tasks(data_file("olympiad_bench"))
     assert olympiad[1].answer == "$\\frac{1}{2 n+2}$"
 
 
-def test_shared_math_train_quirks(shared_data):
-    tasks = load_tasks(shared_data / "math/math_train_level3to5.json")
+def test_shared_math_train_quirks(data_file):
+    tasks = load_tasks(data_file("math_train"))
     # one exact duplicate row (same id, text and answer) is kept under a suffixed id
     assert tasks[1716].id == "test/precalculus/24307.json"
     assert tasks[8739].id == "test/precalculus/24307.json#2"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from marti_env.tasks import (
     make_task_source,
 )
 from marti_env.tasks.source import BENCHMARKS
+from tests.conftest import needs_data
 
 TASKS = [Task(f"t/{i}", f"p{i}", str(i), "t") for i in range(3)]
 
@@ -57,13 +57,23 @@ def test_list_tasks_validation():
 
 
 def test_data_dir_default_and_override(monkeypatch, tmp_path):
+    from marti_env.tasks import catalog
+
     monkeypatch.delenv("MARTI_DATA_DIR", raising=False)
-    repo_root = Path(__file__).resolve().parents[1]  # tests/ sits in the repo root
-    assert data_dir() == repo_root.parent / "shared" / "data"
+    shared = tmp_path / "shared" / "data"
+    shared.mkdir(parents=True)
+    monkeypatch.setattr(catalog, "_REPO_SHARED", shared)  # <repo>/../shared/data
+    assert data_dir() == shared and catalog.data_dir_origin() == "../shared/data"
     monkeypatch.setenv("MARTI_DATA_DIR", "")  # empty means unset
-    assert data_dir() == repo_root.parent / "shared" / "data"
+    assert data_dir() == shared
     monkeypatch.setenv("MARTI_DATA_DIR", str(tmp_path))
     assert data_dir() == tmp_path
+    # no override and no ../shared/data: the user cache, where `marti data get` writes
+    monkeypatch.delenv("MARTI_DATA_DIR")
+    monkeypatch.setattr(catalog, "_REPO_SHARED", tmp_path / "absent")
+    monkeypatch.setenv("MARTI_CACHE", str(tmp_path / "cache"))
+    assert data_dir() == tmp_path / "cache" / "data"
+    assert catalog.data_dir_origin() == "user cache"
 
 
 def test_benchmark_missing_names_directory_and_variable(monkeypatch, tmp_path):
@@ -88,19 +98,14 @@ def test_benchmark_from_override_directory(monkeypatch, tmp_path):
 # --- make_task_source: every form -------------------------------------------------------
 
 
-needs_data = pytest.mark.skipif(
-    not (data_dir() / "math").is_dir(), reason=f"shared data not found at {data_dir()}"
-)
-
-
-@needs_data
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
-def test_every_benchmark_name(name):
+def test_every_benchmark_name(name, data_file):
+    data_file(name)
     source = make_task_source(name, limit=5)
     assert isinstance(source, ListTasks) and len(source) == 5 and source.name == name
 
 
-@needs_data
+@needs_data("gsm8k/test", "amc")
 def test_benchmark_ids_and_answers():
     gsm = make_task_source("gsm8k/test")
     assert len(gsm) == 1319 and gsm[17].id == "gsm8k/test/17" and gsm[0].answer == "18"

@@ -15,7 +15,7 @@ a list / tuple of ``Task``        ``ListTasks(tasks, name="tasks")``
 ``{"type": "hf", "name": n}``     ``load_hf_dataset(n, ...)`` (split, config, fields,
                                   on_error)
 ``"path/to/file.json[l]"``        ``load_tasks(path)``
-a benchmark name (``"amc"``)      the shared file under :func:`data_dir` (see
+a benchmark name (``"amc"``)      its file under :func:`data_dir` or packaged (see
                                   ``BENCHMARKS``)
 ``"hf:<name>[:<split>]"``         ``load_hf_dataset(name, split)`` (split default
                                   ``"test"``)
@@ -31,7 +31,6 @@ source keeps them for the run's metadata: ``source.skipped`` (how many rows) and
 from __future__ import annotations
 
 import difflib
-import os
 import reprlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,27 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from marti_env.tasks.catalog import DATA_DIR_ENV, DATASETS, data_dir, locate
 from marti_env.tasks.files import LoadedTasks, load_tasks, read_task_file
 from marti_env.tasks.hf import load_hf_dataset, read_hf_dataset
 from marti_env.tasks.task import Task
 
 __all__ = ["BENCHMARKS", "DATA_DIR_ENV", "ListTasks", "TaskSource", "data_dir", "make_task_source"]
 
-DATA_DIR_ENV = "MARTI_DATA_DIR"
-"""Environment variable that overrides :func:`data_dir`."""
-
-BENCHMARKS: dict[str, str] = {
-    "gsm8k/test": "gsm8k/test.jsonl",
-    "gsm8k/train": "gsm8k/train.jsonl",
-    "math500": "math/math500.json",
-    "aime24": "math/aime24.json",
-    "amc": "math/amc.json",
-    "math_train": "math/math_train_level3to5.json",
-    "minerva": "math/minerva.json",
-    "olympiad_bench": "math/olympiad_bench.json",
-}
-"""Short names of the shared benchmark files, relative to :func:`data_dir`. Rows without
-an id get ``<short name>/<row index>`` (e.g. ``"gsm8k/test/17"``)."""
+BENCHMARKS: dict[str, str] = {name: ds.path for name, ds in DATASETS.items()}
+"""Short names of the benchmark files, relative to :func:`data_dir` (the catalogue,
+licences and packaged copies: :mod:`marti_env.tasks.catalog`). Rows without an id get
+``<short name>/<row index>`` (e.g. ``"gsm8k/test/17"``)."""
 
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "arithmetic": ("seed", "levels", "size", "split"),
@@ -178,20 +167,6 @@ class ListTasks(TaskSource):
         return f"ListTasks(<{len(self)} tasks>, name={self.name!r})"
 
 
-def data_dir() -> Path:
-    """The directory holding the shared benchmark files.
-
-    ``$MARTI_DATA_DIR`` if set and not empty, else ``<repo root>/../shared/data`` where the
-    repo root is the directory containing the ``marti_env`` package. The directory is not
-    required to exist; loading a benchmark from it reports a missing file.
-    """
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override).expanduser()
-    repo_root = Path(__file__).resolve().parents[2]
-    return repo_root.parent / "shared" / "data"
-
-
 def make_task_source(spec: Any, *, limit: int | None = None) -> TaskSource:
     """Build a :class:`TaskSource` from a config value (see the module docstring's table).
 
@@ -250,14 +225,7 @@ def _head(source: TaskSource, limit: int) -> TaskSource:
 
 
 def _benchmark(short: str, limit: int | None) -> TaskSource:
-    root = data_dir()
-    path = root / BENCHMARKS[short]
-    if not path.is_file():
-        where = f"${DATA_DIR_ENV}" if os.environ.get(DATA_DIR_ENV) else "the default"
-        raise FileNotFoundError(
-            f"benchmark {short!r}: {path} not found (data directory {root}, from {where}); "
-            f"set {DATA_DIR_ENV} to the directory holding gsm8k/ and math/"
-        )
+    path = locate(short)  # the data directory, else the packaged copy; else names the fix
     return ListTasks(load_tasks(path, limit, name=short), name=short)
 
 

@@ -6,8 +6,10 @@ This module assembles the parser and runs the chosen subcommand (:func:`main`, t
 * :mod:`marti_trainer.cli.envs`: ``marti envs [ID]``
 * :mod:`marti_trainer.cli.eval`: ``marti eval``
 * :mod:`marti_trainer.cli.train`: ``marti train CONFIG [key=value ...]``
+* :mod:`marti_trainer.cli.sweep`: ``marti sweep CONFIG --seeds 0-9 --grid key=v1,v2``
 * :mod:`marti_trainer.cli.bench`: ``marti bench credit``
 * :mod:`marti_trainer.cli.checkpoint`: ``marti export`` and ``marti checkpoint verify | convert``
+* :mod:`marti_trainer.cli.data`: ``marti data list | get NAME``
 
 Building the parser imports nothing heavier than :mod:`marti_env` (no torch): each module
 imports its heavy dependencies (torch, transformers, vllm, ray) inside the function that
@@ -22,8 +24,10 @@ from collections.abc import Sequence
 
 from marti_trainer.cli.bench import add_bench_parser
 from marti_trainer.cli.checkpoint import add_checkpoint_parsers
+from marti_trainer.cli.data import add_data_parser
 from marti_trainer.cli.envs import add_envs_parser
 from marti_trainer.cli.eval import add_eval_parser
+from marti_trainer.cli.sweep import add_sweep_parser
 from marti_trainer.cli.train import add_train_parser
 
 __all__ = ["build_parser", "main"]
@@ -37,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_bench_parser(sub)
     add_train_parser(sub)
+    add_sweep_parser(sub)
     add_checkpoint_parsers(sub)
+    add_data_parser(sub)
     return parser
 
 
