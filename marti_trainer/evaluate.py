@@ -20,10 +20,22 @@ of the team's final answer, 1.0 right / 0.0 wrong) of episode ``i`` of task ``t`
   (every agent counts, including roles told not to answer, e.g. ``chain-v0``'s verifier);
   ``final_answer_rate``: fraction of episodes whose team produced a final answer.
 - ``truncated_rate``: fraction of generations cut at ``max_tokens``.
+
+Batch invariance. A transformer's forward pass in bf16 is not a per-row function of its
+input: the left padding a row gets (the longest prompt of its batch sets it), the matrix
+shapes (rows in the batch) and the prompt prefixes the ``hf`` backend shares in prefill all
+change the rounding, and in bf16 that flips some greedy token in most 48-token answers (one
+model scored 32% and 33% on the same problems batched differently). :func:`chunked_rollout`
+therefore evaluates a held-out set in fixed consecutive chunks (problem ``i`` in chunk
+``i // chunk_tasks``), each chunk its own rollout with the root seed
+``derive_seed(seed, chunk)``: a problem's episodes depend only on its chunk, the weights and
+the seed, not on how many problems are evaluated, which others are present, or (while one
+round of a chunk fits one decode batch, ``rollout.batch_size``) the batch size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,16 +45,26 @@ from typing import Any, Literal
 from marti_env.rewards import canonical_answer, majority_answer
 from marti_env.tasks import Task, TaskSource
 from marti_trainer.policies.base import SamplingParams
-from marti_trainer.rollout import PolicySpec, RolloutBatch, rollout
+from marti_trainer.rollout import PolicySpec, RolloutBatch, derive_seed, rollout
+from marti_trainer.rollout.samples import RolloutStats
 
 __all__ = [
+    "EVAL_CHUNK_TASKS",
     "EvalResult",
     "TaskResult",
+    "chunk_bounds",
+    "chunked_rollout",
     "evaluate",
     "format_table",
     "greedy_heldout_rollout",
+    "heldout_rollout",
     "summarize",
 ]
+
+EVAL_CHUNK_TASKS = 16
+"""Default problems per evaluation chunk (see "Batch invariance" above): 16 problems keep a
+debate round of a chunk within one decode batch of 64 rows, where a CPU decodes near its
+full-batch rate."""
 
 
 @dataclass
@@ -194,6 +216,110 @@ def summarize(
     )
 
 
+def chunk_bounds(num_tasks: int, chunk_tasks: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]``: consecutive chunks of ``chunk_tasks`` problems covering
+    ``range(num_tasks)`` (the last one may be shorter); ``chunk_tasks = 0`` is one chunk.
+
+    Chunk ``c`` is ``[c * chunk_tasks, min((c + 1) * chunk_tasks, num_tasks))``, so a
+    problem's chunk depends only on its index, never on how many problems follow it.
+
+    Raises:
+        ValueError: ``num_tasks < 1`` or ``chunk_tasks < 0``.
+    """
+    if num_tasks < 1 or chunk_tasks < 0:
+        raise ValueError(
+            f"need num_tasks >= 1 and chunk_tasks >= 0, got {num_tasks} and {chunk_tasks}"
+        )
+    size = chunk_tasks or num_tasks
+    return [(a, min(a + size, num_tasks)) for a in range(0, num_tasks, size)]
+
+
+def chunked_rollout(
+    env_id: str,
+    tasks: Sequence[Task] | TaskSource,
+    n_samples: int,
+    policies: PolicySpec | Mapping[str, PolicySpec],
+    sampling: SamplingParams | Mapping[str, SamplingParams],
+    *,
+    chunk_tasks: int = EVAL_CHUNK_TASKS,
+    seed: int = 0,
+    **rollout_kwargs: Any,
+) -> RolloutBatch:
+    """:func:`~marti_trainer.rollout.rollout` over fixed chunks of the tasks, merged.
+
+    Chunk ``c`` (:func:`chunk_bounds`) runs alone with the root seed ``derive_seed(seed, c)``
+    (``chunk_tasks = 0``: one rollout with ``seed`` itself, as a plain ``rollout``). The
+    merged batch lists episodes and samples in task order, with ``Sample.episode`` and
+    ``Sample.task_index`` relative to the whole task list; its stats add up the chunks'
+    (wall and backend time included). ``rollout_kwargs`` go to every ``rollout`` call; a
+    ``transcript_path`` gets every chunk's records, in order.
+    """
+    task_list = list(tasks)
+    bounds = chunk_bounds(len(task_list), chunk_tasks)
+    if len(bounds) == 1:
+        return rollout(env_id, task_list, n_samples, policies, sampling, seed=seed,
+                       **rollout_kwargs)  # fmt: skip
+    parts = [
+        rollout(env_id, task_list[a:b], n_samples, policies, sampling,
+                seed=derive_seed(seed, c), **rollout_kwargs)
+        for c, (a, b) in enumerate(bounds)
+    ]  # fmt: skip
+    return _merge(parts, [a for a, _ in bounds])
+
+
+def _merge(parts: Sequence[RolloutBatch], starts: Sequence[int]) -> RolloutBatch:
+    """One batch from the batches of consecutive task chunks starting at ``starts``."""
+    k = parts[0].n_samples
+    samples, episodes = [], []
+    for part, start in zip(parts, starts, strict=True):
+        offset = len(episodes)
+        samples += [
+            dataclasses.replace(s, episode=s.episode + offset, task_index=s.task_index + start)
+            for s in part.samples
+        ]
+        episodes += part.episodes
+    first = parts[0].stats
+    stats = RolloutStats(mode=first.mode, max_concurrency=first.max_concurrency)
+    for name in ("num_episodes", "num_requests", "tokens_generated", "prompt_tokens",
+                 "truncated", "wall_s", "backend_s", "host_s", "env_s"):  # fmt: skip
+        setattr(stats, name, sum(getattr(p.stats, name) for p in parts))
+    stats.drivers = dict(first.drivers)
+    return RolloutBatch(parts[0].env_id, k, samples, episodes, stats)
+
+
+def heldout_rollout(
+    env_id: str,
+    tasks: Sequence[Task],
+    policies: PolicySpec | Mapping[str, PolicySpec],
+    max_tokens: int,
+    seed: int,
+    env_kwargs: Mapping[str, Any] | None = None,
+    transcript_path: str | Path | None = None,
+    *,
+    samples: int = 0,
+    temperature: float = 0.7,
+    chunk_tasks: int = EVAL_CHUNK_TASKS,
+) -> RolloutBatch:
+    """The held-out evaluation of ``marti train`` (``eval.*``), which ``marti eval
+    --checkpoint`` repeats by default.
+
+    ``samples = 0``: one greedy episode per problem; ``policies`` are usually wrapped in
+    :class:`~marti_trainer.team.GreedyDedup` (each distinct prompt generated once).
+    ``samples = k >= 1``: ``k`` episodes per problem sampled at ``temperature`` (avg@k),
+    each request with its own seeded random stream (:mod:`marti_trainer.rollout.seeds`).
+    Either way in chunks (:func:`chunked_rollout`), each round's requests of a chunk
+    generated as one batch: the same weights give the same figures in both commands.
+    """
+    if samples < 0:
+        raise ValueError(f"samples must be >= 0 (0 = greedy), got {samples}")
+    sampling = SamplingParams(temperature=temperature if samples else 0.0, max_tokens=max_tokens)
+    return chunked_rollout(
+        env_id, tasks, max(1, samples), policies, sampling, chunk_tasks=chunk_tasks, seed=seed,
+        mode="sync", env_kwargs=env_kwargs, progress=False, max_concurrency=10**6,
+        driver="batch", transcript_path=transcript_path,
+    )  # fmt: skip
+
+
 def greedy_heldout_rollout(
     env_id: str,
     tasks: Sequence[Task],
@@ -202,18 +328,12 @@ def greedy_heldout_rollout(
     seed: int,
     env_kwargs: Mapping[str, Any] | None = None,
     transcript_path: str | Path | None = None,
+    chunk_tasks: int = EVAL_CHUNK_TASKS,
 ) -> RolloutBatch:
-    """The held-out evaluation of ``marti train``, which ``marti eval --checkpoint`` repeats
-    by default: one greedy episode per task, each round's requests generated as one batch
-    (so the same weights give the same figures in both).
-
-    ``policies`` are usually wrapped in :class:`~marti_trainer.team.GreedyDedup`, which
-    generates each distinct prompt once.
-    """
-    return rollout(
-        env_id, tasks, 1, policies, SamplingParams(temperature=0.0, max_tokens=max_tokens),
-        mode="sync", seed=seed, env_kwargs=env_kwargs, progress=False, max_concurrency=10**6,
-        driver="batch", transcript_path=transcript_path,
+    """:func:`heldout_rollout` with ``samples = 0``: one greedy episode per problem."""
+    return heldout_rollout(
+        env_id, tasks, policies, max_tokens, seed, env_kwargs, transcript_path,
+        chunk_tasks=chunk_tasks,
     )  # fmt: skip
 
 
@@ -232,11 +352,14 @@ def evaluate(
     progress: bool = True,
     transcript_path: str | Path | None = None,
     json_path: str | Path | None = None,
+    chunk_tasks: int = 0,
 ) -> EvalResult:
     """Run ``k`` episodes per task and report avg@k, maj@k and cost.
 
     Args are those of :func:`marti_trainer.rollout.rollout` (``k`` is ``n_samples``), plus
-    ``model`` (a label) and ``json_path`` (write the result there as JSON). Default sampling:
+    ``model`` (a label), ``json_path`` (write the result there as JSON) and ``chunk_tasks``
+    (> 0: evaluate in fixed chunks of that many tasks, :func:`chunked_rollout`, so a task's
+    result does not depend on batch composition; 0: one rollout). Default sampling:
     temperature 0.7, 256 new tokens.
 
     Raises:
@@ -244,12 +367,13 @@ def evaluate(
     """
     if sampling is None:
         sampling = SamplingParams(temperature=0.7, max_tokens=256)
-    batch = rollout(
+    batch = chunked_rollout(
         env_id,
         tasks,
         k,
         policies,
         sampling,
+        chunk_tasks=chunk_tasks,
         mode=mode,
         max_concurrency=max_concurrency,
         seed=seed,

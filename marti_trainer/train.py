@@ -41,7 +41,7 @@ from marti_trainer.checkpoint import (
     set_rng_state,
 )
 from marti_trainer.config import TrainConfig
-from marti_trainer.evaluate import greedy_heldout_rollout
+from marti_trainer.evaluate import heldout_rollout
 from marti_trainer.evaluate import summarize as summarize_eval
 from marti_trainer.interrupt import StopRequest
 from marti_trainer.learner import collate, make_loss_fn, sample_advantages, set_norm
@@ -117,11 +117,13 @@ def evaluate_heldout(
     env_kwargs: dict,
     transcript_path: Path | None = None,
 ) -> dict[str, float]:
-    """Greedy held-out evaluation (:func:`~marti_trainer.evaluate.greedy_heldout_rollout`):
-    team accuracy, boxed rate, accuracy per agent and round."""
-    batch = greedy_heldout_rollout(
-        cfg.env.id, tasks, team.rollout_policies(greedy_dedup=True),
-        cfg.eval.max_tokens or cfg.rollout.max_tokens, cfg.seed, env_kwargs, transcript_path,
+    """Held-out evaluation (:func:`~marti_trainer.evaluate.heldout_rollout`: greedy, or
+    avg@k with ``eval.samples = k``): team accuracy, boxed rate, accuracy per agent and round."""
+    e = cfg.eval
+    batch = heldout_rollout(
+        cfg.env.id, tasks, team.rollout_policies(greedy_dedup=e.samples == 0),
+        e.max_tokens or cfg.rollout.max_tokens, cfg.seed, env_kwargs, transcript_path,
+        samples=e.samples, temperature=e.temperature, chunk_tasks=e.chunk_tasks,
     )  # fmt: skip
     result = summarize_eval(batch, cfg.model.name)  # the definitions `marti eval` reports
     out = {
@@ -130,6 +132,9 @@ def evaluate_heldout(
         "eval/truncated_rate": result.truncated_rate,
         "eval/tokens_per_task": result.tokens_per_task,
     }
+    if e.samples:
+        out["eval/pass_at_k"] = result.pass_at_k
+        out["eval/maj_at_k"] = result.maj_at_k
     turns = [t for e in batch.episodes for t in e.turns]
     for key in sorted({(t.agent, t.round) for t in turns}):
         scores = [t.score for t in turns if (t.agent, t.round) == key]

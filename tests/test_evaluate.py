@@ -8,10 +8,21 @@ import pytest
 
 from marti_env import Task
 from marti_trainer.cli import main
-from marti_trainer.evaluate import EvalResult, evaluate, format_table, summarize
+from marti_trainer.evaluate import (
+    EvalResult,
+    chunk_bounds,
+    chunked_rollout,
+    evaluate,
+    format_table,
+    greedy_heldout_rollout,
+    heldout_rollout,
+    summarize,
+)
 from marti_trainer.policies.base import Generation, Policy, SamplingParams
 from marti_trainer.policies.simulated import SimulatedPolicy
 from marti_trainer.rollout import request_seed, rollout
+from marti_trainer.team import GreedyDedup
+from tests.test_train import tiny_config, tiny_dir  # noqa: F401 (fixture)
 
 TASKS = [
     Task("t0", "What is 2 + 3?", "5"),
@@ -132,3 +143,134 @@ def test_marti_eval_reads_a_data_file(tmp_path, capsys):
             "--no-progress", "-k", "1"]  # fmt: skip
     assert main(argv) == 0
     assert "single-v0" in capsys.readouterr().out
+
+
+# --- batch invariance: fixed chunks ------------------------------------------------------
+
+
+def test_chunk_bounds_by_hand():
+    assert chunk_bounds(40, 16) == [(0, 16), (16, 32), (32, 40)]
+    assert chunk_bounds(16, 16) == [(0, 16)]
+    assert chunk_bounds(5, 0) == [(0, 5)]  # 0: one chunk
+    assert chunk_bounds(3, 16) == [(0, 3)]
+    with pytest.raises(ValueError, match="chunk_tasks >= 0"):
+        chunk_bounds(3, -1)
+
+
+class BatchSizeEcho(Policy):
+    """Answers every prompt of a ``generate`` call with the call's size: the most
+    batch-dependent model there is (a bf16 forward pass is a milder one)."""
+
+    def generate(self, prompts, params, adapter=None):
+        text = f"\\boxed{{{len(prompts)}}}"
+        return [[Generation(text, [1], [-0.1], [1], "stop")] for _ in prompts]
+
+    def load_weights(self, source):
+        pass
+
+    tokenizer = None
+    max_context_tokens = 1 << 20
+
+    def close(self):
+        pass
+
+
+ECHO_TASKS = [Task(f"e{i}", f"What is {i} + 16 - {i}?", "16") for i in range(40)]
+
+
+def _echo_outcomes(n: int, chunk_tasks: int) -> list[float]:
+    batch = greedy_heldout_rollout(
+        "single-v0", ECHO_TASKS[:n], GreedyDedup(BatchSizeEcho()), 8, seed=0,
+        chunk_tasks=chunk_tasks,
+    )  # fmt: skip
+    return [t.outcomes[0] for t in summarize(batch).per_task]
+
+
+def test_heldout_results_do_not_depend_on_which_other_problems_are_evaluated():
+    # chunks of 16: problem i's batch is its chunk, whatever follows it
+    first16 = _echo_outcomes(16, 16)
+    assert first16 == [1.0] * 16
+    assert _echo_outcomes(20, 16)[:16] == first16 == _echo_outcomes(40, 16)[:16]
+    assert _echo_outcomes(40, 16) == [1.0] * 32 + [0.0] * 8  # the last chunk has 8
+    # one rollout (chunk_tasks=0): the same 16 problems score 0 once 4 others join
+    assert _echo_outcomes(16, 0) == [1.0] * 16 and _echo_outcomes(20, 0) == [0.0] * 20
+
+
+def test_chunked_batch_reindexes_samples_and_adds_stats():
+    policy = SimulatedPolicy(accuracy=0.5, seed=0)
+    sampling = SamplingParams(temperature=0.7, max_tokens=32)
+    one = chunked_rollout("mad-v0", ECHO_TASKS[:5], 2, policy, sampling, chunk_tasks=0,
+                          env_kwargs={"num_agents": 2}, progress=False)  # fmt: skip
+    parts = chunked_rollout("mad-v0", ECHO_TASKS[:5], 2, policy, sampling, chunk_tasks=2,
+                            env_kwargs={"num_agents": 2}, progress=False)  # fmt: skip
+    assert len(parts.episodes) == len(one.episodes) == 10
+    assert [e.task.id for e in parts.episodes] == [e.task.id for e in one.episodes]
+    assert [(s.episode, s.task_index, s.agent, s.round) for s in parts.samples] == [
+        (s.episode, s.task_index, s.agent, s.round) for s in one.samples
+    ]
+    assert all(parts.episodes[s.episode].task.id == s.task_id for s in parts.samples)
+    assert parts.stats.num_requests == len(parts.samples) == 5 * 2 * 4
+    assert parts.stats.tokens_generated == sum(len(s.response_token_ids) for s in parts.samples)
+
+
+def test_eval_samples_is_seeded_avg_at_k_and_chunk_invariant():
+    policy = SimulatedPolicy(accuracy=0.5, seed=0)
+
+    def run(n: int, seed: int):
+        batch = heldout_rollout("single-v0", TASKS_ARITH[:n], policy, 32, seed, samples=3,
+                                temperature=0.7, chunk_tasks=4)  # fmt: skip
+        return summarize(batch)
+
+    result = run(8, seed=0)
+    assert result.k == 3 and result.num_tasks == 8
+    outcomes = [t.outcomes for t in result.per_task]
+    assert result.avg_at_k == pytest.approx(sum(map(sum, outcomes)) / 24)
+    assert result.pass_at_k == pytest.approx(sum(max(o) for o in outcomes) / 8)
+    assert 0 < result.avg_at_k < result.pass_at_k  # the three episodes of a task differ
+    assert [t.outcomes for t in run(8, seed=0).per_task] == outcomes  # seeded
+    assert [t.outcomes for t in run(12, seed=0).per_task][:8] == outcomes  # chunk-invariant
+    assert [t.outcomes for t in run(8, seed=1).per_task] != outcomes  # another seed differs
+    with pytest.raises(ValueError, match="samples must be >= 0"):
+        heldout_rollout("single-v0", TASKS_ARITH[:2], policy, 32, 0, samples=-1)
+
+
+TASKS_ARITH = [Task(f"a{i}", f"What is {i} + {2 * i + 1}?", str(3 * i + 1)) for i in range(12)]
+
+
+@pytest.mark.slow
+def test_bf16_model_greedy_eval_is_invariant_to_the_evaluated_set(tmp_path):
+    """A real (tiny, random) bf16 model in a debate: the first 16 problems' transcripts are
+    the same evaluated alone, among 24, and with another decode batch size."""
+    from marti_trainer.models import tiny_random_model
+    from marti_trainer.policies.hf import HFPolicy
+
+    model = tiny_random_model(tmp_path / "m", seed=0)
+    tasks = [Task(f"b{i}", f"What is {i} * {i + 3} + {7 * i}?", "0") for i in range(24)]
+
+    def responses(n: int, batch_size: int) -> list[list[str]]:
+        with HFPolicy(model, dtype="bfloat16", batch_size=batch_size) as policy:
+            batch = greedy_heldout_rollout(
+                "mad-v0", tasks[:n], GreedyDedup(policy), 12, seed=0,
+                env_kwargs={"num_agents": 2, "rounds": 2}, chunk_tasks=16,
+            )  # fmt: skip
+        return [[t.response for t in e.turns] for e in batch.episodes]
+
+    alone = responses(16, 64)
+    assert responses(24, 64)[:16] == alone
+    assert responses(16, 128) == alone  # a round of a chunk (<= 32 rows) fits either batch
+
+
+def test_training_reports_avg_and_pass_at_k_with_eval_samples(tiny_dir, tmp_path):  # noqa: F811
+    from marti_trainer.metrics import read_metrics
+    from marti_trainer.train import train
+
+    cfg = tiny_config(
+        tiny_dir, tmp_path, total_steps=1, run_name="r", eval__at_end=True, eval__samples=2,
+        eval__temperature=1.0, eval__chunk_tasks=2,
+    )  # fmt: skip
+    train(cfg)
+    last = read_metrics(tmp_path / "r")[-1]
+    assert 0 <= last["eval/accuracy"] <= last["eval/pass_at_k"] <= 1
+    assert "eval/maj_at_k" in last
+    records = (tmp_path / "r" / "eval" / "step_000001.jsonl").read_text().splitlines()
+    assert len(records) == 3 * 2  # 3 held-out problems x 2 sampled episodes

@@ -27,7 +27,7 @@ from typing import Any
 
 __all__ = ["add_eval_parser", "run_eval"]
 
-_ARITHMETIC_DEFAULT_LIMIT = 100
+_ARITHMETIC_DEFAULT_LIMIT = 1000
 
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -88,6 +88,14 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--mode", choices=("sync", "async"), default=None, help="rollout mode (async; run: sync)"
     )
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight (32)")
+    p.add_argument(
+        "--chunk-tasks",
+        type=int,
+        default=None,
+        help="evaluate in fixed chunks of N consecutive tasks, each its own rollout, so a "
+        "task's result does not depend on which other tasks are evaluated (16; run: its "
+        "eval.chunk_tasks; 0 = one rollout)",
+    )
     p.add_argument("--seed", type=int, default=None, help="root seed (0; run's)")
     p.add_argument(
         "--dtype", choices=("bfloat16", "float32"), default=None, help="hf only (bf16; run's)"
@@ -140,7 +148,7 @@ def _tasks(data: Any, limit: int | None, levels: str) -> list[Any]:
 
 _DEFAULTS = {
     "k": 4, "temperature": 0.7, "max_tokens": 256, "mode": "async", "seed": 0,
-    "dtype": "bfloat16", "batch_size": 32,
+    "dtype": "bfloat16", "batch_size": 32, "chunk_tasks": 16,
 }  # fmt: skip
 
 
@@ -162,6 +170,8 @@ def check_eval_args(args: argparse.Namespace) -> None:
          "an integer in [1, 100000]"),
         ("--threads", args.threads, lambda v: 0 <= v <= 4096, "an integer in [0, 4096]"),
         ("--limit", args.limit, lambda v: v >= 1, "an integer >= 1"),
+        ("--chunk-tasks", args.chunk_tasks, lambda v: 0 <= v <= 1_000_000,
+         "an integer in [0, 1000000]"),
     ]  # fmt: skip
     for flag, value, ok, allowed in checks:
         if value is not None and not ok(value):
@@ -183,10 +193,12 @@ def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
     if args.env is None or args.env == cfg.env.id:
         args.env = cfg.env.id
         env_kwargs = {**cfg.env.kwargs, **env_kwargs}
+    e = cfg.eval
     run = {
-        "k": 1, "temperature": 0.0, "max_tokens": cfg.eval.max_tokens or cfg.rollout.max_tokens,
-        "mode": "sync", "seed": cfg.seed, "dtype": cfg.rollout.dtype,
-        "batch_size": cfg.rollout.batch_size,
+        "k": max(1, e.samples), "temperature": e.temperature if e.samples else 0.0,
+        "max_tokens": e.max_tokens or cfg.rollout.max_tokens, "mode": "sync", "seed": cfg.seed,
+        "dtype": cfg.rollout.dtype, "batch_size": cfg.rollout.batch_size,
+        "chunk_tasks": e.chunk_tasks,
     }  # fmt: skip
     for key, value in run.items():
         if getattr(args, key) is None:
@@ -253,7 +265,8 @@ def _trained(args: argparse.Namespace) -> Any:
 def _settings(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> str:
     return (
         f"env {args.env} {env_kwargs or ''}, k={args.k}, temperature {args.temperature}, "
-        f"top_p {args.top_p}, max_tokens {args.max_tokens}, mode {args.mode}, seed {args.seed}"
+        f"top_p {args.top_p}, max_tokens {args.max_tokens}, mode {args.mode}, seed {args.seed}, "
+        f"chunk_tasks {args.chunk_tasks}"
         + (f", dtype {args.dtype}, batch_size {args.batch_size}" if args.backend == "hf" else "")
     )
 
@@ -262,7 +275,7 @@ def run_eval(args: argparse.Namespace) -> int:
     """Run the evaluation described by parsed ``marti eval`` arguments; print the table."""
     import tempfile
 
-    from marti_trainer.evaluate import evaluate, greedy_heldout_rollout, summarize
+    from marti_trainer.evaluate import evaluate, heldout_rollout, summarize
     from marti_trainer.policies.base import SamplingParams
     from marti_trainer.team import GreedyDedup
 
@@ -275,21 +288,25 @@ def run_eval(args: argparse.Namespace) -> int:
     if trained is not None:
         label = f"{trained.checkpoint.parent.parent.name}/{trained.checkpoint.name}/{trained.unit}"
         print(f"evaluating {label} with {_settings(args, env_kwargs)}", file=sys.stderr)
-    # The run's own held-out evaluation, repeated exactly: greedy, one episode, each round's
-    # requests in one batch, each distinct prompt generated once.
+    # The run's own held-out evaluation, repeated exactly: one greedy episode (each distinct
+    # prompt generated once) or k sampled ones (eval.samples), each round's requests of a
+    # chunk in one batch.
     as_in_training = (
-        trained is not None and args.k == 1 and args.temperature == 0 and args.top_p == 1.0
-        and args.mode == "sync"
+        trained is not None and args.top_p == 1.0 and args.mode == "sync"
+        and (args.temperature > 0 or args.k == 1)
     )  # fmt: skip
+    samples = args.k if args.temperature > 0 else 0
     with _policy(args, trained) as policy, tempfile.TemporaryDirectory() as work:
         adapter = _load_trained(policy, trained, work) if trained is not None else None
         if as_in_training:
-            spec = (GreedyDedup(policy), adapter) if adapter else GreedyDedup(policy)
-            batch = greedy_heldout_rollout(
-                args.env, tasks, spec, args.max_tokens, args.seed, env_kwargs, args.transcripts
-            )
+            base = GreedyDedup(policy) if samples == 0 else policy
+            spec = (base, adapter) if adapter else base
+            batch = heldout_rollout(
+                args.env, tasks, spec, args.max_tokens, args.seed, env_kwargs, args.transcripts,
+                samples=samples, temperature=args.temperature, chunk_tasks=args.chunk_tasks,
+            )  # fmt: skip
             result = summarize(batch, label, seed=args.seed, sampling=SamplingParams(
-                temperature=0.0, max_tokens=args.max_tokens))  # fmt: skip
+                temperature=args.temperature, max_tokens=args.max_tokens))  # fmt: skip
             if args.out:
                 result.write_json(args.out)
         else:
@@ -310,6 +327,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 transcript_path=args.transcripts,
                 json_path=args.out,
+                chunk_tasks=args.chunk_tasks,
             )
     print(result.table())
     if args.out:
