@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from marti_env.tasks.source import TaskSource
+from marti_env.tasks.base import TaskSource
 from marti_env.tasks.task import Task
 
 __all__ = ["LEVELS", "SPLITS", "ArithmeticTasks"]
