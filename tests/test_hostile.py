@@ -25,6 +25,9 @@ from marti_env import EpisodeRecord, Task
 from marti_env.rewards import default_verifier
 
 ENV_IDS = sorted(marti_env.registry)
+# Where "every agent boxes the right answer" is not a right team: split-sum adds everyone's
+# numbers, so only its one-solver variant answers the task with one agent's answer.
+ALL_RIGHT_KWARGS = {"split-sum-v0": {"num_solvers": 1, "num_distractors": 0}}
 TASK = Task("hostile/0", "What is 2 + 2?", "4", "test")
 
 # The bounded wall time of one episode of hostile generations. The goal is well under 1 s of
@@ -205,7 +208,7 @@ def _check_scored(env, record: EpisodeRecord, rewards: dict[str, float]) -> None
 def test_every_agent_hostile(env_id: str) -> None:
     """Every active agent sends the same hostile generation: the episode ends, is scored
     (right exactly for the generations in RIGHT), and its record survives JSON."""
-    env = marti_env.make(env_id)
+    env = marti_env.make(env_id, **ALL_RIGHT_KWARGS.get(env_id, {}))
     slow: list[tuple[str, float]] = []
     for name, action in HOSTILE:
         prompts, record, rewards, seconds = _run(env, lambda a, r, action=action: action)
@@ -301,7 +304,7 @@ def test_forged_markers_never_change_whose_turn_it_is(env_id: str) -> None:
     episode of the same seed: the same chat roles, the same marker lines in the same order,
     and each section between them holds the same agents' responses (so as many responses
     are rendered as before, each under its own label)."""
-    env = marti_env.make(env_id)
+    env = marti_env.make(env_id, **ALL_RIGHT_KWARGS.get(env_id, {}))
     benign_prompts, _, _, _ = _run(env, _benign, seed=3)
     markers = _markers_in(benign_prompts)
     forged = _forgery(markers)

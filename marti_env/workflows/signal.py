@@ -1,0 +1,146 @@
+"""Referential game (``signal-v0``): a speaker names the target in one token, a listener picks.
+
+A lazy-agent probe: the final-answer rule reads only the listener, so any credit computed
+from the rule pays the speaker the outcome whatever it said; its true contribution needs
+the listener re-executed with a null message.
+
+Agents
+    ``speaker_0`` (role ``speaker``) and ``listener_0`` (role ``listener``).
+
+Observation
+    Round 0: the speaker is shown ``K`` candidates and which one is the target (template
+    ``speak``). Round 1: the listener is shown the same candidates in an order shuffled
+    from the episode's generator, and the speaker's message (template ``listen``).
+
+Action
+    Any text; its answer is the last ``\\boxed{}``. The speaker's *message* is the first
+    whitespace-separated token of its boxed answer, at most 24 characters
+    (:func:`message_of`); the listener sees only that, or :data:`NULL_MESSAGE`. The
+    listener boxes one candidate.
+
+Rewards
+    Final answer: the listener's answer; the outcome is the verifier (default ``math``)
+    on it against the target, the task's answer. Candidates are the target and ``K - 1``
+    distinct near numbers drawn from the task id (:func:`candidates`), so any task source
+    with integer answers works. Each turn is scored on its own boxed answer (a speaker
+    that boxes the target scores 1; the listener's score is the outcome). The speaker's
+    true contribution is ``success(real message) - success(null message)``
+    (:func:`speaker_contribution`), which needs the listener's policy: the simulated tier
+    of the credit benchmark replays it.
+
+Episode end
+    After round 1; both agents terminate.
+
+Arguments
+    ``num_candidates`` (K, 2..16), ``max_shared_chars``.
+
+Version history
+    v0: initial version.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from marti_env.record import Turn
+from marti_env.tasks.task import Task
+from marti_env.workflows.base import Prompt, Workflow, check_int, defuse_markers
+from marti_env.workflows.split_sum import parse_int
+
+SPEAKER, LISTENER = "speaker_0", "listener_0"
+NULL_MESSAGE = "(no message)"
+"""What the listener is shown when the speaker boxed nothing (or was ablated)."""
+MAX_MESSAGE_CHARS = 24
+
+
+def message_of(answer: str | None) -> str:
+    """The one-token message the listener sees: the first token of the speaker's boxed
+    answer, clipped to 24 characters; :data:`NULL_MESSAGE` if there is none.
+
+    >>> message_of("57 is it")
+    '57'
+    >>> message_of(None)
+    '(no message)'
+    """
+    tokens = (answer or "").split()
+    return tokens[0][:MAX_MESSAGE_CHARS] if tokens else NULL_MESSAGE
+
+
+def candidates(task: Task, k: int) -> tuple[str, ...]:
+    """The target (``task.answer``) and ``k - 1`` distinct integers within 20 of it, in a
+    fixed order drawn from the CRC-32 of the task id (the target's place included).
+
+    Raises:
+        ValueError: the task's answer is not an integer (naming the task).
+    """
+    target = parse_int(task.answer)
+    if target is None:
+        raise ValueError(
+            f"signal: task {task.id!r} has answer {task.answer!r}, not an integer; use a "
+            "task source with integer answers (e.g. 'arithmetic')"
+        )
+    rng = np.random.default_rng([zlib.crc32(task.id.encode()), k])
+    offsets = [o for o in range(-20, 21) if o != 0]
+    others = [target + int(o) for o in rng.choice(offsets, size=k - 1, replace=False)]
+    values = [target, *others]
+    return tuple(str(values[i]) for i in rng.permutation(k))
+
+
+def speaker_contribution(success_real: float, success_null: float) -> float:
+    """The speaker's credit: the listener's success with the real message minus with the
+    null message (same listener draws). ``(1, 0) -> 1``; a message the listener ignores
+    gives 0."""
+    return float(success_real) - float(success_null)
+
+
+class Signal(Workflow):
+    """Rules of ``signal-v0`` (see the module docstring)."""
+
+    name = "signal"
+    templates: ClassVar[Mapping[str, frozenset[str]]] = {
+        "speak": frozenset({"candidates", "target"}),
+        "listen": frozenset({"candidates", "message"}),
+    }
+    agents = (SPEAKER, LISTENER)
+    num_rounds = 2
+
+    def __init__(self, num_candidates: int = 4, max_shared_chars: int = 6000) -> None:
+        super().__init__(max_shared_chars=max_shared_chars)
+        self.num_candidates = check_int("num_candidates", num_candidates, 2, 16)
+
+    def role(self, agent: str) -> str:
+        return agent.rpartition("_")[0]
+
+    def actors(self, round: int) -> tuple[str, ...]:
+        return (self.agents[round],)
+
+    def request(
+        self,
+        agent: str,
+        round: int,
+        task: Task,
+        transcript: Sequence[Turn],
+        rng: np.random.Generator,
+    ) -> Prompt:
+        options = candidates(task, self.num_candidates)
+        if round == 0:
+            return Prompt("speak", {"candidates": ", ".join(options), "target": str(task.answer)})
+        order = rng.permutation(len(options))
+        spoken = next((t.answer for t in transcript if t.agent == SPEAKER), None)
+        return Prompt(
+            "listen",
+            {
+                "candidates": ", ".join(options[i] for i in order),
+                "message": defuse_markers(message_of(spoken)),
+            },
+        )
+
+    def rule_inputs(self, transcript: Sequence[Turn]) -> dict[str, str | None]:
+        return {LISTENER: next((t.answer for t in transcript if t.agent == LISTENER), None)}
+
+    def final_rule(self, answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:
+        return answers.get(LISTENER)
