@@ -22,15 +22,17 @@ The base config's ``env.kwargs`` apply only to the env it names (the quick start
 ``mad-v0``'s, including its prompts); any other env gets its registered defaults plus the
 overrides in its ``--envs`` spec (``moa-v0:num_proposers=2``).
 
-Runs live in ``out_dir/runs/<env>__<method>__<seed>``. Calling again with the same
-arguments reuses finished cells and resumes unfinished ones from their last checkpoint,
-so a killed benchmark loses at most one step per cell (set ``log.save_every`` to
-checkpoint every step); a cell whose saved config differs is an error, not a silent reuse.
+Runs live in ``out_dir/runs/<env>__<method>__<seed>`` and are run by the sweep runner
+(:func:`marti_trainer.sweep.run_cell_inline`, in this process: a base config may hold
+Python objects such as a reward function). As with ``marti sweep``, calling again with
+the same arguments reuses finished cells and resumes unfinished ones from their last
+checkpoint, so a killed benchmark loses at most one step per cell (set
+``log.save_every`` to checkpoint every step); a cell whose saved config differs is an
+error naming the keys, not a silent reuse. ``marti report OUT/runs`` reads the cells.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -39,11 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
 from marti_trainer.config import TrainConfig
-from marti_trainer.metrics import read_metrics
 
 __all__ = ["cell_config", "run_llm_benchmark"]
 
@@ -72,24 +71,13 @@ def cell_config(
 
 
 def _run_cell(cfg: TrainConfig) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
-    """Train (or reuse, or resume) one cell; its metric history, summary and whether reused."""
-    from marti_trainer.train import train
+    """Train (or reuse, or resume) one cell with the sweep runner
+    (:func:`marti_trainer.sweep.run_cell_inline`); its metric history, summary and whether
+    it was reused."""
+    from marti_trainer.sweep import Cell, run_cell_inline
 
-    run_dir = Path(cfg.log.output_dir) / cfg.run_name
-    saved = run_dir / "config.yaml"
-    if saved.is_file():
-        before = yaml.safe_load(saved.read_text())
-        if before != yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False)):
-            raise ValueError(
-                f"{run_dir} holds a run with a different config; use a new --out folder "
-                "(or delete it) to benchmark a changed config"
-            )
-        if (run_dir / "summary.json").is_file():
-            summary = json.loads((run_dir / "summary.json").read_text())
-            return read_metrics(run_dir), summary, True
-    resume = run_dir if (run_dir / "checkpoints").is_dir() else None
-    result = train(cfg, resume=resume)
-    return result.history, result.summary, False
+    outcome = run_cell_inline(Cell(cfg.run_name, cfg.seed, (), cfg))
+    return outcome.history, outcome.summary, outcome.status == "reused"
 
 
 def run_llm_benchmark(

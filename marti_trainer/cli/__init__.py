@@ -6,6 +6,8 @@ This module assembles the parser and runs the chosen subcommand (:func:`main`, t
 * :mod:`marti_trainer.cli.envs`: ``marti envs [ID]``
 * :mod:`marti_trainer.cli.eval`: ``marti eval``
 * :mod:`marti_trainer.cli.train`: ``marti train CONFIG [key=value ...]``
+* :mod:`marti_trainer.cli.sweep`: ``marti sweep CONFIG --seeds 0-9 --grid key=v1,v2``
+* :mod:`marti_trainer.cli.report`: ``marti report RUN_OR_SWEEP_DIRS... --out docs/results.md``
 * :mod:`marti_trainer.cli.bench`: ``marti bench credit``
 * :mod:`marti_trainer.cli.checkpoint`: ``marti export`` and ``marti checkpoint verify | convert``
 * :mod:`marti_trainer.cli.data`: ``marti data list | get NAME``
@@ -26,6 +28,8 @@ from marti_trainer.cli.checkpoint import add_checkpoint_parsers
 from marti_trainer.cli.data import add_data_parser
 from marti_trainer.cli.envs import add_envs_parser
 from marti_trainer.cli.eval import add_eval_parser
+from marti_trainer.cli.report import add_report_parser
+from marti_trainer.cli.sweep import add_sweep_parser
 from marti_trainer.cli.train import add_train_parser
 
 __all__ = ["build_parser", "main"]
@@ -39,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_bench_parser(sub)
     add_train_parser(sub)
+    add_sweep_parser(sub)
+    add_report_parser(sub)
     add_checkpoint_parsers(sub)
     add_data_parser(sub)
     return parser

@@ -1,0 +1,76 @@
+"""``marti report RUN_OR_SWEEP_DIRS... --out docs/results.md``: a results page from run files.
+
+Examples::
+
+    marti report runs/sweep__quickstart --out docs/results.md
+    marti report runs/sweep__quickstart --baseline algorithm.group_by=agent --min-effect 0.02
+    marti report --check docs/results.md       # still what its cited run files give?
+
+Groups the finished runs by config (without the seed), and writes markdown tables (mean
+and CI over seeds, paired differences against ``--baseline``, every run with its Wilson
+interval), PNG plots next to the page, and the list of files read with their SHA-256.
+See docs/evidence.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+# An import inside a function keeps a heavy dependency (torch, transformers, vllm, ray)
+# lazy: building the parser imports none, so `marti envs` answers instantly.
+
+__all__ = ["add_report_parser", "run_report"]
+
+
+def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``report`` subcommand."""
+    parser = subparsers.add_parser(
+        "report",
+        help="write a results page (tables with CIs, paired differences, plots) from runs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="*", metavar="RUN_OR_SWEEP_DIR", help="runs to report")
+    parser.add_argument("--out", default="docs/results.md", help="page to write (docs/results.md)")
+    parser.add_argument(
+        "--baseline", default=None, metavar="KEY=VALUE",
+        help="compare each config with the one that has KEY=VALUE and is otherwise equal",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-effect", type=float, default=0.0,
+        help="differences below this (accuracy, e.g. 0.02 = 2 points) are called negligible",
+    )  # fmt: skip
+    parser.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
+    parser.add_argument("--title", default="Results", help="the page's heading")
+    parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
+    parser.add_argument(
+        "--check", metavar="PAGE", default=None,
+        help="regenerate PAGE from the files it cites and report any difference (exit 1)",
+    )  # fmt: skip
+    parser.set_defaults(func=run_report)
+    return parser
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Write the page (or check one); prints what it wrote."""
+    from marti_trainer.report import ReportOptions, check_report, write_report
+
+    if args.check:
+        if args.paths:
+            raise ValueError("--check PAGE takes no run folders: they are recorded in the page")
+        problems = check_report(args.check)
+        for p in problems:
+            print(p, file=sys.stderr)
+        if not problems:
+            print(f"{args.check}: matches its run files")
+        return 1 if problems else 0
+    if not args.paths:
+        raise ValueError("give at least one run or sweep folder (or --check PAGE)")
+    opts = ReportOptions(
+        tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed, args.title
+    )
+    paths = write_report(opts, args.out, plots=not args.no_plots)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

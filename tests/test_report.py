@@ -1,0 +1,184 @@
+"""marti report on small synthetic run directories (the files marti train writes): figures
+checked by hand, the page regenerated from the files it cites, mismatched problems refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from marti_env.stats import mean_ci, paired_difference
+from marti_trainer.cli import main
+from marti_trainer.report import ReportOptions, build_report, check_report, write_report
+
+PROBLEMS = [(f"arithmetic/test/L1/{i}", str(i)) for i in range(10)]
+
+
+def fake_run(
+    root: Path,
+    name: str,
+    seed: int,
+    credit: str,
+    final: float,
+    start: float = 0.2,
+    problems: list[tuple[str, str]] = PROBLEMS,
+    finished: bool = True,
+    steps: int = 2,
+    eval_size: int = 10,
+) -> Path:
+    """A run directory as `marti train` leaves it: config.yaml, metrics.jsonl (reward per
+    step, evaluations at 0 and ``steps``), eval/step_N.jsonl (one 0/1 outcome per problem,
+    the first ``round(final * n)`` right, two turns each) and summary.json."""
+    run = root / name
+    (run / "eval").mkdir(parents=True)
+    config = {
+        "exp_name": credit, "seed": seed, "total_steps": steps, "run_name": name,
+        "env": {"id": "mad-v0", "credit": credit, "eval_tasks": {"size": eval_size}},
+        "rollout": {"tasks_per_step": 4, "n_samples": 2},
+        "log": {"output_dir": str(root)},
+    }  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    rows = [{"step": 0, "time": 0.0, "eval/accuracy": start}]
+    rows += [{"step": s, "time": float(s), "rollout/outcome": 0.1 * s} for s in range(1, steps)]
+    rows.append({"step": steps, "time": 9.0, "rollout/outcome": 0.5, "eval/accuracy": final})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    right = round(final * len(problems))
+    for step, k in ((0, round(start * len(problems))), (steps, right)):
+        records = [
+            {"task": {"id": t, "answer": a}, "outcome": float(i < k), "turns": [{}, {}]}
+            for i, (t, a) in enumerate(problems)
+        ]
+        path = run / "eval" / f"step_{step:06d}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    if finished:
+        (run / "summary.json").write_text(json.dumps({"accuracy_after": final}))
+    return run
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """Config `quality` at 0.5, 0.6, 0.7 and baseline `none` at 0.4, 0.6, 0.5 (seeds 0-2)."""
+    root = tmp_path / "sweep"
+    for seed, (q, n) in enumerate([(0.5, 0.4), (0.6, 0.6), (0.7, 0.5)]):
+        fake_run(root, f"env.credit=quality__seed={seed}", seed, "quality", q)
+        fake_run(root, f"env.credit=none__seed={seed}", seed, "none", n)
+    return root
+
+
+def _row(markdown: str, start: str) -> list[str]:
+    (line,) = [line for line in markdown.splitlines() if line.startswith(start)]
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_tables_hold_the_hand_computed_figures(sweep):
+    page = build_report(ReportOptions((str(sweep),), baseline="env.credit=none")).markdown
+    # per config: quality mean (50 + 60 + 70) / 3 = 60.0; none (40 + 60 + 50) / 3 = 50.0
+    quality = _row(page, "| env.credit=quality | 3 |")
+    assert quality[2] == mean_ci([0.5, 0.6, 0.7]).format(1, 100) and quality[2].startswith("60.0 [")
+    assert _row(page, "| env.credit=none | 3 |")[2].startswith("50.0 [")
+    assert quality[6] == "0: 50.0, 1: 60.0, 2: 70.0"
+    # gain over step 0 (0.2 for every run): +30, +40, +50 points -> mean +40
+    assert quality[4].startswith("+40.0 [") and quality[5] == "after higher at 95%"
+    # paired: d = 0.1, 0.0, 0.2 -> +10.0 points, W/T/L 2/1/0; the CI reaches 0
+    pair = _row(page, "| env.credit=quality | env.credit=none | 3 |")
+    expected = paired_difference([0.5, 0.6, 0.7], [0.4, 0.6, 0.5])
+    assert pair[3] == expected.difference.format(1, 100, signed=True)
+    assert pair[3].startswith("+10.0 [") and pair[4] == "2/1/0"
+    assert pair[6] == "indistinguishable at 95%"
+    # P(quality > none) over the 9 run pairs: wins 5>4, 6>4, 6>5, 7>4, 7>6, 7>5 = 6,
+    # ties 5=5, 6=6 = 2 -> (6 + 2/2) / 9 = 0.78
+    assert pair[5].startswith("0.78 [")
+    # per run: 5 of 10 right -> Wilson [23.7, 76.3]
+    run = _row(page, "| env.credit=quality | 0 |")
+    assert run[4:6] == ["10", "50.0 [23.7, 76.3]"]
+
+
+def test_page_cites_its_files_and_is_regenerated_from_them(sweep, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "docs" / "results.md"
+    written = write_report(ReportOptions(("sweep",), baseline="env.credit=none"), out)
+    assert [p.name for p in written] == [
+        "results.md", "results_curves.png", "results_generations.png",
+    ]  # fmt: skip
+    assert all(p.stat().st_size > 1000 for p in written[1:])
+    page = out.read_text()
+    cited = {
+        c[0]: c[1]
+        for c in (_cells(line) for line in page.splitlines())
+        if len(c) == 2 and len(c[1]) == 64
+    }
+    metrics = Path("sweep/env.credit=none__seed=1/metrics.jsonl")
+    assert len(cited) == 6 * 4  # config, metrics, summary, final eval of each of 6 runs
+    assert cited[metrics.as_posix()] == hashlib.sha256(metrics.read_bytes()).hexdigest()
+    assert check_report(out) == []
+    assert main(["report", "--check", str(out)]) == 0
+    # the same files give the same page, byte for byte
+    write_report(ReportOptions(("sweep",), baseline="env.credit=none"), out, plots=False)
+    assert out.read_text() == page
+    # a run file edited after the fact: the page no longer matches what it cites
+    rows = metrics.read_text().splitlines()
+    rows[-1] = rows[-1].replace('"eval/accuracy": 0.6', '"eval/accuracy": 0.9')
+    metrics.write_text("\n".join(rows) + "\n")
+    problems = check_report(out)
+    assert f"{metrics.as_posix()}: changed since the page was written" in problems
+    assert any("differs from a fresh `marti report`" in p for p in problems)
+    assert main(["report", "--check", str(out)]) == 1
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")] if line.startswith("|") else []
+
+
+def test_mismatched_heldout_sets_are_refused_for_pairing(tmp_path):
+    root = tmp_path / "runs"
+    fake_run(root, "a", 0, "quality", 0.5)
+    fake_run(root, "b", 0, "none", 0.5, problems=PROBLEMS[:8])
+    with pytest.raises(
+        ValueError, match=r"refusing to pair .*a with .*b \(seed 0\): .*10 against 8"
+    ):
+        build_report(ReportOptions((str(root),), baseline="env.credit=none"))
+    other = [(t, a) if i else (t, "99") for i, (t, a) in enumerate(PROBLEMS)]
+    fake_run(tmp_path / "r2", "a", 0, "quality", 0.5)
+    fake_run(tmp_path / "r2", "b", 0, "none", 0.5, problems=other)
+    with pytest.raises(
+        ValueError, match=r"problem arithmetic/test/L1/0 has answer '0' against '99'"
+    ):
+        build_report(ReportOptions((str(tmp_path / "r2"),), baseline="env.credit=none"))
+    # without a baseline nothing is paired: the page is written
+    assert "## Paired" not in build_report(ReportOptions((str(root),))).markdown
+    # configs that differ in their held-out set are refused too, naming the key
+    fake_run(tmp_path / "r3", "a", 0, "quality", 0.5)
+    fake_run(tmp_path / "r3", "b", 0, "none", 0.5, eval_size=20)
+    match = r"env.credit=quality.* with .*env.credit=none.*: env.eval_tasks.size 10 against 20"
+    with pytest.raises(ValueError, match=match):
+        build_report(ReportOptions((str(tmp_path / "r3"),), baseline="env.credit=none"))
+
+
+def test_unfinished_runs_are_listed_not_counted(sweep):
+    fake_run(sweep, "env.credit=none__seed=3", 3, "none", 0.9, finished=False)
+    report = build_report(ReportOptions((str(sweep),)))
+    assert [r.seed for r in report.unfinished] == [3]
+    assert _row(report.markdown, "| env.credit=none | 3 |")[6] == "0: 40.0, 1: 60.0, 2: 50.0"
+    assert "env.credit=none__seed=3`" in report.markdown
+
+
+def test_bad_input_is_named(sweep, tmp_path):
+    with pytest.raises(ValueError, match=r"--baseline env.credit=shapley: no config has it"):
+        build_report(ReportOptions((str(sweep),), baseline="env.credit=shapley"))
+    with pytest.raises(ValueError, match=r"--baseline optim.lrr: not a config key"):
+        build_report(ReportOptions((str(sweep),), baseline="optim.lrr=1"))
+    with pytest.raises(FileNotFoundError, match="holds no run"):
+        build_report(ReportOptions((str(tmp_path / "sweep" / "env.credit=none__seed=0" / "eval"),)))
+    dup = tmp_path / "dup"
+    fake_run(dup, "x", 0, "none", 0.5)
+    fake_run(dup, "y", 0, "none", 0.6)
+    with pytest.raises(ValueError, match=r"x and .*y are the same config and seed"):
+        build_report(ReportOptions((str(dup),)))
+    bad = fake_run(tmp_path / "bad", "z", 0, "none", 0.5)
+    with (bad / "metrics.jsonl").open("a") as f:
+        f.write("{not json\n")
+    with pytest.raises(ValueError, match=r"z/metrics.jsonl:4: not JSON"):
+        build_report(ReportOptions((str(tmp_path / "bad"),)))
