@@ -70,6 +70,8 @@ def _ignored(key: str) -> bool:
     """Keys that do not change what a run computes: where it lives and what it logs
     (``log.*``: output folder, checkpoint interval, TensorBoard, plots)."""
     return key in LOCATION_KEYS or key.startswith("log.")
+
+
 RESERVED = {
     "seed": "give seeds with --seeds",
     "run_name": "the sweep names each cell after its overrides and seed",
