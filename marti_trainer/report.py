@@ -520,7 +520,7 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
                 f"{poi.format(2)} | {d.verdict} |"
             )
         lines.append("")
-    lines += _run_table(groups, conf)
+    lines += _run_table(groups, conf, seed)
     if unfinished:
         lines += ["", "Not counted (unfinished, or no evaluation after step 0):", ""]
         lines += [f"- `{_display(r.path)}`" for r in unfinished]
@@ -548,15 +548,16 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
     return Report("\n".join(lines) + "\n", groups, unfinished, plots)
 
 
-def _run_table(groups: Sequence[Group], conf: float) -> list[str]:
+def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
     level = f"{100 * conf:g}%"
     lines = [
         "## Runs",
         "",
-        f"Final accuracy of each run with its Wilson {level} interval over the held-out "
-        "problems (n/a without a transcript of single 0/1 outcomes).",
+        f"Final accuracy of each run with a {level} interval over its held-out problems: "
+        "Wilson's for one 0/1 outcome per problem, else (avg@k) a bootstrap of the "
+        "per-problem scores; n/a without the evaluation's transcript.",
         "",
-        "| config | seed | run | step | problems | final accuracy [Wilson CI] | step-0 accuracy |",
+        "| config | seed | run | step | problems | final accuracy [CI] | step-0 accuracy |",
         "|---|---|---|---|---|---|---|",
     ]
     for g in groups:
@@ -566,6 +567,9 @@ def _run_table(groups: Sequence[Group], conf: float) -> list[str]:
             if r.problems and all(v in (0.0, 1.0) for v in r.problems.values()):
                 k = int(sum(r.problems.values()))
                 acc = _pct(wilson_interval(k, len(r.problems), conf))
+            elif r.problems:
+                scores = list(r.problems.values())
+                acc = _pct(mean_ci(scores, conf, seed, "percentile", 2_000)) + " (bootstrap)"
             start = "n/a" if r.start_accuracy is None else f"{100 * r.start_accuracy:.1f}"
             lines.append(
                 f"| {g.label} | {r.seed} | {_display(r.path)} | {r.evals[-1][0]} | "

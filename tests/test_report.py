@@ -182,3 +182,25 @@ def test_bad_input_is_named(sweep, tmp_path):
         f.write("{not json\n")
     with pytest.raises(ValueError, match=r"z/metrics.jsonl:4: not JSON"):
         build_report(ReportOptions((str(tmp_path / "bad"),)))
+
+
+def test_avg_at_k_runs_get_a_bootstrap_interval_over_problems(tmp_path):
+    run = fake_run(tmp_path / "runs", "k2", 0, "none", 0.6)
+    # eval.samples = 2: two episodes per problem. Problems 0-3 right twice, 4-7 once, 8-9
+    # never: per-problem scores 1 x4, 0.5 x4, 0 x2 -> avg@2 = (4 + 2) / 10 = 0.6
+    pattern = [(1.0, 1.0)] * 4 + [(1.0, 0.0)] * 4 + [(0.0, 0.0)] * 2
+    records = [
+        {"task": {"id": t, "answer": a}, "outcome": o, "turns": [{}, {}]}
+        for (t, a), pair in zip(PROBLEMS, pattern, strict=True)
+        for o in pair
+    ]
+    path = run / "eval" / "step_000002.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(ReportOptions((str(tmp_path / "runs"),)))
+    (r,) = report.groups[0].runs
+    assert r.problems["arithmetic/test/L1/4"] == 0.5 and len(r.problems) == 10
+    expected = mean_ci([1.0] * 4 + [0.5] * 4 + [0.0] * 2, 0.95, 0, "percentile", 2_000)
+    row = _row(report.markdown, "| all runs | 0 |")
+    assert row[5] == expected.format(1, 100) + " (bootstrap)" and row[5].startswith("60.0 [")
+    # generations per step: 4 tasks x 2 samples x 2 turns per episode
+    assert r.generations_per_step == 16.0

@@ -18,6 +18,7 @@ from marti_env.stats import (
     probability_of_improvement_ci,
     wilson_interval,
 )
+from tests.conftest import REPO
 
 Z95 = 1.959963984540054  # standard normal quantile at 0.975
 
@@ -226,3 +227,19 @@ def test_paired_difference_by_seed_mapping():
     assert one.verdict == "too few pairs (n=1) for a CI"
     with pytest.raises(ValueError, match="min_effect must be a number >= 0"):
         paired_difference([0.1, 0.2], [0.1, 0.3], min_effect=-1)
+
+
+def test_the_docs_page_shows_what_the_functions_return():
+    page = (REPO / "docs" / "evidence.md").read_text(encoding="utf-8")
+    debate = {0: 0.32, 1: 0.36, 2: 0.30, 3: 0.35, 4: 0.33}
+    single = {0: 0.28, 1: 0.31, 2: 0.30, 3: 0.30, 4: 0.29}
+    shown = [
+        wilson_interval(30, 100).format(1, 100),
+        wilson_interval(300, 1000).format(1, 100),
+        mean_ci([0.31, 0.36, 0.30, 0.33, 0.29], seed=0).format(),
+        paired_difference(debate, single, labels=("debate", "single")).format(1, 100),
+        paired_difference(debate, single, min_effect=0.05).verdict,
+    ]
+    assert shown[0] == "30.0 [21.9, 39.6]" and shown[1] == "30.0 [27.2, 32.9]"
+    for text in shown:
+        assert text in page, text
