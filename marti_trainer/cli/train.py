@@ -7,6 +7,13 @@ Examples::
     marti train baselines/quickstart.yaml --resume                 # newest run of this config
     marti train baselines/quickstart.yaml --resume runs/mad-v0__quickstart__0__1732
     marti train --help-config                                      # every config field
+    marti train baselines/qwen2.5-3b/3b_mad2x2_margin.yaml --dry-run   # check, plan, no training
+
+``--dry-run`` validates the config without training and prints the resolved config, the
+model it would load (or why it is not available offline, and how to provide it), its
+parameter count from ``config.json``, the device and placement plan, a memory estimate per
+device and the number of steps and generations (:mod:`marti_trainer.dry_run`). Exit code 0:
+ready to train; 1: the config is valid but the model is not available; 2: a config error.
 """
 
 from __future__ import annotations
@@ -44,6 +51,12 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser.add_argument(
         "--help-config", action="store_true", help="list every config field with its help"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and print the resolved config, model, placement, memory estimate and "
+        "work (steps, generations) without training",
+    )
     parser.set_defaults(func=run_train)
     return parser
 
@@ -73,6 +86,12 @@ def run_train(args: argparse.Namespace) -> int:
     if args.config is None:
         raise ValueError("give a config file, e.g. marti train baselines/quickstart.yaml")
     cfg = load_config(args.config, args.overrides)
+    if args.dry_run:
+        from marti_trainer.dry_run import format_plan, plan_run
+
+        plan = plan_run(cfg)
+        print(format_plan(plan))
+        return 0 if plan.model_error is None else 1
     resume = args.resume
     if resume == "latest":
         if cfg.run_name:
