@@ -122,8 +122,12 @@ def test_an_unused_overlong_buffer_is_not_checked_against_max_tokens():
 
 
 def test_baseline_configs_load():
+    """Every baseline's typed config loads; its env and task sources are built too where the
+    benchmark sets it names are present (tests/test_baselines.py dry-runs each file)."""
+    from tests.test_baselines import _data_sets, missing_data
+
     for path in sorted((REPO / "baselines").rglob("*.yaml")):
-        cfg = load_config(path)
+        cfg = load_config(path, check_env=missing_data(*_data_sets(path)) is None)
         assert cfg.total_steps >= 1, path
 
 
