@@ -167,15 +167,19 @@ def test_benchmark_is_deterministic_and_writes_outputs(tmp_path):
         return repr([{k: v for k, v in r.items() if k != "seconds"} for r in rows])
 
     assert strip(a.rows) == strip(b.rows)
-    assert len(a.rows) == 3 * 2 * 2
+    assert a.methods == [*methods, "oracle", "random", "none@reseed"]  # the controls
+    assert len(a.rows) == 6 * 2 * 2
     table = a.table()
     assert "quality:alpha=0.3:scope=agent" in table and "chain-v0" in table
     assert "n/a" in table  # chain-v0 has one agent per role: no attr_within
     paths = write_outputs(a, tmp_path, plot_png=False)
     data = json.loads(paths["json"].read_text())  # strict JSON: n/a is null, not NaN
-    assert len(data["rows"]) == 12 and len(data["summary"]) == 6
+    assert len(data["rows"]) == 24 and len(data["summary"]) == 12
     assert data["rows"][-1]["attr_within"] is None
-    assert paths["rows_csv"].read_text().startswith("env,method,seed,attr,attr_within")
+    assert paths["rows_csv"].read_text().startswith("env,method,seed,team_seed,train_seed,attr")
+    # paired differences against none: CI ends and a verdict
+    shapley = next(e for e in data["summary"] if e["method"] == "shapley")
+    assert shapley["d_acc_verdict"] and shapley["d_acc_low"] <= shapley["d_acc_mean"]
 
 
 def test_bad_specs_are_named():

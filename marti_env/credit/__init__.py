@@ -17,7 +17,9 @@ discounted            gamma^(K - k_t) R                                     gamm
 ====================  ====================================================  ==================
 
 See :mod:`.shaping` (Q_t and its scopes), :mod:`.counterfactual` (the coalition game) and
-:mod:`.methods`. The fast benchmark lives in :mod:`marti_env.credit.bench` (imported on use).
+:mod:`.methods`; :mod:`.degeneracy` flags a method that trains exactly like ``none``
+under group-normalised advantages. The fast benchmark lives in
+:mod:`marti_env.credit.bench` (imported on use).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from marti_env.credit.counterfactual import (
     difference_rewards,
     shapley_values,
 )
+from marti_env.credit.degeneracy import gradient_identical_to_none
 from marti_env.credit.methods import Discounted, NoCredit, ScoreCredit, discounted_rewards
 from marti_env.credit.shaping import (
     Margin,
@@ -83,6 +86,7 @@ __all__ = [
     "credit_params",
     "difference_rewards",
     "discounted_rewards",
+    "gradient_identical_to_none",
     "history_baselines",
     "make_credit",
     "margin_delta",

@@ -14,8 +14,9 @@ Observation
 
 Action
     Any text; its answer is the last ``\\boxed{}``. The speaker's *message* is the first
-    whitespace-separated token of its boxed answer, at most 24 characters
-    (:func:`message_of`); the listener sees only that, or :data:`NULL_MESSAGE`. The
+    whitespace-separated token of the last ``\\boxed{}`` of what the listener may be shown
+    of its response (:meth:`~marti_env.workflows.base.Workflow.shown`), at most 24
+    characters (:func:`message_of`); the listener sees only that, or :data:`NULL_MESSAGE`. The
     listener boxes one candidate.
 
 Rewards
@@ -47,6 +48,7 @@ from typing import ClassVar
 import numpy as np
 
 from marti_env.record import Turn
+from marti_env.rewards.boxed import extract_boxed
 from marti_env.tasks.task import Task
 from marti_env.workflows.base import Prompt, Workflow, check_int, defuse_markers
 from marti_env.workflows.split_sum import parse_int
@@ -130,12 +132,15 @@ class Signal(Workflow):
         if round == 0:
             return Prompt("speak", {"candidates": ", ".join(options), "target": str(task.answer)})
         order = rng.permutation(len(options))
-        spoken = next((t.answer for t in transcript if t.agent == SPEAKER), None)
+        spoken = next((t for t in transcript if t.agent == SPEAKER), None)
+        # through self.shown, as any shown response (clipped, defused; a harness that
+        # blanks what agents are shown blanks the message too)
+        boxed = extract_boxed(self.shown(spoken)) if spoken is not None else None
         return Prompt(
             "listen",
             {
                 "candidates": ", ".join(options[i] for i in order),
-                "message": defuse_markers(message_of(spoken)),
+                "message": defuse_markers(message_of(boxed)),
             },
         )
 

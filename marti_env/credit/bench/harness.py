@@ -21,6 +21,34 @@ For every (env, seed) pair:
    ``acc_auc`` is the mean team accuracy over training (area under the learning curve:
    sample efficiency); ``acc_start`` the untrained team's held-out accuracy.
 
+3. **Controls and diagnostics** (every table). A *probe batch* of ``probe_episodes``
+   episodes of the untrained team, credited by every method (the same episodes), gives
+   ``same_as_none`` (the degeneracy flag: the method's rewards are an increasing affine
+   function of the outcome inside every ``(agent, round)`` advantage group, so its
+   normalised advantages are exactly ``none``'s: :mod:`marti_env.credit.degeneracy`) and
+   ``fidelity`` (Spearman, over the batch's (episode, agent) pairs, between an agent's
+   credited return and its true contribution in that episode, ``R - R'`` with ``R'`` the
+   episode replayed without the agent or, for the gate's verifier, with its decision
+   flipped: a rank measure within one step, so adding a constant to every reward does not
+   change it). Every training run also reports ``zero_adv`` (the fraction of advantage
+   groups with zero reward spread, averaged over updates) and ``abl_drop`` (the trained
+   team's held-out accuracy minus its accuracy when every agent is shown blank text of
+   the others' responses: 0 means the task is single-agent in disguise). With
+   ``controls`` the runs include ``oracle`` (every turn rewarded with its agent's true
+   contribution in that episode, replayed during training), ``random`` (i.i.d. standard
+   normal rewards) and ``none@reseed`` (``none`` again with another training seed: the
+   noise floor of the paired differences).
+4. **Paired differences against** ``none``: per method, ``acc_final - acc_final(none)`` on
+   the same team and training seeds, with a bootstrap CI and a verdict that also needs
+   ``|difference| >= min_effect`` (:func:`marti_env.stats.paired_difference`).
+
+The team draw and the training randomness take separate seeds: pair ``k`` uses team seed
+``seeds[k]`` and training seed ``seeds[k] + train_seed_offset``. Held-out episodes use the
+env's test split (``tasks={"type": "arithmetic", "split": "test"}``) unless the env spec
+sets ``tasks``. The probe envs (``split-sum-v0``, ``gate-v0``, ``signal-v0``) are played by
+:class:`~marti_env.credit.bench.probes.ProbeTeam`; the others by
+:class:`~marti_env.credit.bench.sim.SimTeam`.
+
 Everything is seeded: the same arguments give the same numbers (``seconds`` aside).
 """
 
@@ -36,8 +64,10 @@ from typing import Any
 import numpy as np
 
 from marti_env.credit.base import CreditMethod, FinalAnswerRule, checked_rewards, make_credit
+from marti_env.credit.bench.probes import PROBE_WORKFLOWS, ProbeTeam, counterfactuals
 from marti_env.credit.bench.sim import (
     THETA_CLIP,
+    Played,
     SimTeam,
     marginal_contributions,
     play,
@@ -45,10 +75,17 @@ from marti_env.credit.bench.sim import (
     rank_correlation,
     team_accuracy,
 )
+from marti_env.credit.degeneracy import gradient_identical_to_none
 from marti_env.record import EpisodeRecord
 
-METRICS: tuple[str, ...] = ("attr", "attr_within", "acc_final", "acc_auc")
-"""The summary metrics, in table order."""
+METRICS: tuple[str, ...] = (
+    "attr", "attr_within", "fidelity", "zero_adv", "abl_drop", "acc_final", "acc_auc",
+)  # fmt: skip
+"""The summary metrics (mean and std over seeds), in table order."""
+CONTROLS: tuple[str, ...] = ("oracle", "random", "none@reseed")
+"""The control runs added with ``BenchConfig.controls``."""
+RESEED = 100_003
+"""Training-seed offset of the ``none@reseed`` control."""
 
 
 @dataclass
@@ -66,6 +103,10 @@ class BenchConfig:
         skill_range: Range of initial P(right) of an agent that solves.
         persuade_range: Range of initial P(defer to what it is shown).
         num_distractors: Distinct wrong answers (1..8); fewer means wrong agents agree more.
+        probe_episodes: Episodes of the probe batch (``same_as_none``, ``fidelity``).
+        controls: Add the ``oracle``, ``random`` and ``none@reseed`` runs.
+        min_effect: Paired differences smaller than this are called negligible.
+        train_seed_offset: Training seed = team seed + this.
     """
 
     updates: int = 40
@@ -78,12 +119,18 @@ class BenchConfig:
     skill_range: tuple[float, float] = (0.1, 0.6)
     persuade_range: tuple[float, float] = (0.1, 0.7)
     num_distractors: int = 3
+    probe_episodes: int = 64
+    controls: bool = True
+    min_effect: float = 0.02
+    train_seed_offset: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __post_init__(self) -> None:
-        for name in ("updates", "batch", "eval_episodes", "attr_configs", "attr_episodes"):
+        for name in (
+            "updates", "batch", "eval_episodes", "attr_configs", "attr_episodes", "probe_episodes",
+        ):  # fmt: skip
             value = getattr(self, name)
             low = 0 if name == "attr_configs" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -96,6 +143,14 @@ class BenchConfig:
                 raise ValueError(
                     f"BenchConfig.{name} must satisfy 0 < low <= high < 1, got {(lo, hi)}"
                 )
+        if not (isinstance(self.min_effect, (int, float)) and self.min_effect >= 0):
+            raise ValueError(
+                f"BenchConfig.min_effect must be a number >= 0, got {self.min_effect!r}"
+            )
+        if isinstance(self.train_seed_offset, bool) or not isinstance(self.train_seed_offset, int):
+            raise ValueError(
+                f"BenchConfig.train_seed_offset must be an integer, got {self.train_seed_offset!r}"
+            )
         if not 1 <= self.num_distractors <= 8:
             raise ValueError(
                 f"BenchConfig.num_distractors must be in [1, 8], got {self.num_distractors}"
@@ -104,10 +159,26 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method under test: a label, and a factory making a fresh credit object per run."""
+    """A method under test: a label, and a factory making a fresh credit object per run.
+
+    ``control`` (``"oracle"``, ``"random"``) replaces the credited rewards in training by
+    the true contributions or by noise; ``train_seed_shift`` moves the training seed (the
+    ``none@reseed`` noise floor).
+    """
 
     label: str
     factory: Callable[[], CreditMethod]
+    control: str | None = None
+    train_seed_shift: int = 0
+
+
+def control_specs() -> list[MethodSpec]:
+    """The control runs (:data:`CONTROLS`)."""
+    return [
+        MethodSpec("oracle", lambda: make_credit("none"), control="oracle"),
+        MethodSpec("random", lambda: make_credit("none"), control="random"),
+        MethodSpec("none@reseed", lambda: make_credit("none"), train_seed_shift=RESEED),
+    ]
 
 
 @dataclass(frozen=True)
@@ -172,9 +243,11 @@ def env_choice(spec: str | EnvChoice) -> EnvChoice:
 
 
 class _Probe(CreditMethod):
-    """Runs several methods on every episode and keeps each agent's returns under each.
+    """Runs several methods on every episode and keeps what each gave.
 
     Not registered: a bench-internal credit object (the env records ``credit="probe"``).
+    ``returns[label]``: per episode, each agent's return; ``turns[label]``: per episode,
+    ``(agent, round, reward)`` per turn; ``outcomes``: per episode, ``R``.
     """
 
     name = "probe"
@@ -182,18 +255,56 @@ class _Probe(CreditMethod):
     def __init__(self, methods: Mapping[str, CreditMethod]) -> None:
         self.methods = dict(methods)
         self.returns: dict[str, list[dict[str, float]]] = {label: [] for label in self.methods}
+        self.turns: dict[str, list[list[tuple[str, int, float]]]] = {
+            label: [] for label in self.methods
+        }
+        self.outcomes: list[float] = []
 
     def assign(self, episode: EpisodeRecord, rule: FinalAnswerRule) -> list[float]:
+        self.outcomes.append(episode.outcome)
         for label, method in self.methods.items():
             totals: dict[str, float] = {}
+            turns = []
             for turn, r in zip(episode.turns, checked_rewards(method, episode, rule), strict=True):
                 totals[turn.agent] = totals.get(turn.agent, 0.0) + r
+                turns.append((turn.agent, turn.round, r))
             self.returns[label].append(totals)
+            self.turns[label].append(turns)
         return [episode.outcome] * len(episode.turns)
 
 
 def _seed(*parts: object) -> list[int]:
     return [zlib.crc32(str(p).encode()) for p in parts]
+
+
+def _is_probe(env: Any) -> bool:
+    return env.workflow.name in PROBE_WORKFLOWS
+
+
+def random_team(env: Any, rng: np.random.Generator, config: BenchConfig) -> SimTeam:
+    """The random team that plays ``env``: a :class:`ProbeTeam` (ranges by role) for the
+    probe envs, else a :class:`SimTeam` (``config.skill_range``, ``persuade_range``)."""
+    agents = env.possible_agents
+    if _is_probe(env):
+        return ProbeTeam.random_by_role(agents, [env.workflow.role(a) for a in agents], rng)
+    return SimTeam.random(
+        agents, rng, config.skill_range, config.persuade_range,
+        num_distractors=config.num_distractors,
+    )  # fmt: skip
+
+
+def true_contributions(env: Any, team: SimTeam, episode_seed: int, run_seed: int,
+                       outcome: float) -> dict[str, float]:  # fmt: skip
+    """Each agent's true contribution to one episode: ``R - R'``, with ``R'`` the outcome of
+    the episode replayed (same draws, later agents re-executed) under the agent's
+    counterfactual (:func:`~marti_env.credit.bench.probes.counterfactuals`: absent, or the
+    gate's verifier flipped). ``env`` must credit with a cheap method (``none``)."""
+    out = {}
+    for agent, replace in counterfactuals(env.workflow.name, team.agents).items():
+        out[agent] = (
+            outcome - play(env, team, episode_seed, run_seed, replace=replace).record.outcome
+        )
+    return out
 
 
 def attribution(
@@ -212,13 +323,7 @@ def attribution(
         rng = np.random.default_rng(_seed("attr", env_spec.label, seed, c))
         probe = _Probe({m.label: m.factory() for m in methods})
         env = marti_env.make(env_spec.env_id, credit=probe, **env_spec.kwargs)
-        team = SimTeam.random(
-            env.possible_agents,
-            rng,
-            config.skill_range,
-            config.persuade_range,
-            num_distractors=config.num_distractors,
-        )
+        team = random_team(env, rng, config)
         run_seed = int(rng.integers(2**31))
         episodes = [int(s) for s in rng.integers(2**31, size=config.attr_episodes)]
         for s in episodes:  # the probe credits these with every method
@@ -245,32 +350,135 @@ def attribution(
     return {label: (_nanmean(scores[label]), _nanmean(within[label])) for label in scores}
 
 
+def probe_batch(
+    env_spec: EnvChoice,
+    methods: Sequence[MethodSpec],
+    team: SimTeam,
+    seed: int,
+    config: BenchConfig,
+) -> dict[str, tuple[bool, float]]:
+    """Per method label: ``(same_as_none, fidelity)`` on one batch of the untrained team
+    (see the module docstring, item 3). Control runs are not probed (their rewards are
+    not a credit method's)."""
+    import marti_env
+
+    probe = _Probe({m.label: m.factory() for m in methods})
+    env = marti_env.make(env_spec.env_id, credit=probe, **env_spec.kwargs)
+    plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
+    rng = np.random.default_rng(_seed("probe", env_spec.label, seed))
+    run_seed = int(rng.integers(2**31))
+    truth = []
+    for s in (int(x) for x in rng.integers(2**31, size=config.probe_episodes)):
+        outcome = play(env, team, s, run_seed).record.outcome
+        truth.append(true_contributions(plain, team, s, run_seed, outcome))
+    out = {}
+    for label in probe.methods:
+        rewards, outcomes, groups = [], [], []
+        for turns, outcome in zip(probe.turns[label], probe.outcomes, strict=True):
+            for agent, round_, r in turns:
+                rewards.append(r)
+                outcomes.append(outcome)
+                groups.append((agent, round_))
+        same = gradient_identical_to_none(
+            rewards, outcomes, groups, "std" if config.normalize else "mean"
+        )
+        credit = [ret.get(a, 0.0) for ret in probe.returns[label] for a in team.agents]
+        true = [t[a] for t in truth for a in team.agents]
+        rho = rank_correlation(credit, true)
+        out[label] = (same, 0.0 if math.isnan(rho) else rho)
+    return out
+
+
 def _nanmean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
+
+
+def _zero_spread_fraction(played: Sequence[Played]) -> float:
+    """Fraction of ``(agent, round)`` advantage groups whose rewards are all equal."""
+    slots: dict[tuple[str, int], list[float]] = {}
+    for ep in played:
+        for t in ep.record.turns:
+            slots.setdefault((t.agent, t.round), []).append(t.reward)
+    return float(np.mean([np.ptp(v) == 0 for v in slots.values()])) if slots else float("nan")
+
+
+def _held_out(env_spec: EnvChoice) -> dict[str, Any]:
+    """The ``make`` arguments of held-out episodes: the test split unless ``tasks`` is set."""
+    import marti_env
+
+    spec_kwargs = marti_env.spec(env_spec.env_id).kwargs
+    if "tasks" in env_spec.kwargs or "tasks" in spec_kwargs:
+        return dict(env_spec.kwargs)
+    return {**env_spec.kwargs, "tasks": {"type": "arithmetic", "split": "test"}}
+
+
+def evaluate_team(
+    env_spec: EnvChoice, team: SimTeam, eval_seeds: Sequence[int], run_seed: int
+) -> dict[str, float]:
+    """Held-out team accuracy, the message-ablation drop and, for ``gate``, the verifier's
+    balanced accuracy (NaN elsewhere)."""
+    import marti_env
+    from marti_env.workflows.gate import ACCEPT, GENERATOR, VERIFIER, balanced_accuracy, decision
+
+    kwargs = _held_out(env_spec)
+    env = marti_env.make(env_spec.env_id, **kwargs)
+    records = [play(env, team, s, run_seed).record for s in eval_seeds]
+    blank = marti_env.make(env_spec.env_id, **kwargs)
+    blank.workflow.shown = lambda turn: ""  # every agent is shown blank text of the others
+    ablated = team_accuracy(blank, team, eval_seeds, run_seed)
+    acc = float(np.mean([r.outcome for r in records]))
+    ba = float("nan")
+    if env.workflow.name == "gate":
+        right, accepted = [], []
+        for r in records:
+            by_agent = {t.agent: t for t in r.turns}
+            right.append(by_agent[GENERATOR].score >= 1.0)
+            accepted.append(decision(by_agent[VERIFIER].answer) in (ACCEPT, None))
+        ba = balanced_accuracy(right, accepted)
+    return {"acc": acc, "abl_drop": acc - ablated, "verifier_ba": ba}
 
 
 def train(
     env_spec: EnvChoice, method: MethodSpec, team: SimTeam, seed: int, config: BenchConfig,
     eval_seeds: Sequence[int],
 ) -> dict[str, Any]:  # fmt: skip
-    """REINFORCE the team on ``method``'s rewards; its learning curve and final accuracy."""
+    """REINFORCE the team on ``method``'s rewards (training seed ``seed``); its learning
+    curve, final held-out accuracy and diagnostics."""
     import marti_env
 
     env = marti_env.make(env_spec.env_id, credit=method.factory(), **env_spec.kwargs)
+    plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
     team = team.copy()
-    rng = np.random.default_rng(_seed("train", env_spec.label, seed))
+    train_seed = seed + method.train_seed_shift
+    rng = np.random.default_rng(_seed("train", env_spec.label, train_seed))
+    noise = np.random.default_rng(_seed("random-credit", env_spec.label, train_seed))
     run_seed = int(rng.integers(2**31))
-    curve = []
+    curve, zero = [], []
     for _ in range(config.updates):
-        batch = [play(env, team, int(s), run_seed) for s in rng.integers(2**31, size=config.batch)]
+        batch = []
+        for s in (int(x) for x in rng.integers(2**31, size=config.batch)):
+            played = play(env, team, s, run_seed)
+            if method.control == "oracle":
+                truth = true_contributions(plain, team, s, run_seed, played.record.outcome)
+                for t in played.record.turns:
+                    t.reward = truth[t.agent]
+            elif method.control == "random":
+                for t in played.record.turns:
+                    t.reward = float(noise.standard_normal())
+            batch.append(played)
         curve.append(float(np.mean([p.record.outcome for p in batch])))
+        zero.append(_zero_spread_fraction(batch))
         grad = policy_gradient(team, batch, normalize=config.normalize)
         team.theta = np.clip(team.theta + config.lr * grad, -THETA_CLIP, THETA_CLIP)
-    plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
+    final = evaluate_team(env_spec, team, eval_seeds, run_seed=seed)
     return {
         "curve": curve,
-        "acc_final": team_accuracy(plain, team, eval_seeds, run_seed=seed),
+        "acc_final": final["acc"],
         "acc_auc": float(np.mean(curve)),
+        "zero_adv": float(np.mean(zero)),
+        "abl_drop": final["abl_drop"],
+        "verifier_ba": final["verifier_ba"],
+        "train_seed": train_seed,
         "probs": team.probs().round(4).tolist(),
     }
 
@@ -282,7 +490,8 @@ class BenchResult:
     ``curves`` hold one team accuracy per update of ``episodes_per_update`` episodes;
     ``tier`` is ``"fast"`` (simulated agents) or ``"llm"`` (the real trainer), and
     ``config`` the tier's config (:class:`BenchConfig` or the trainer's base config: anything
-    with a ``to_dict()`` of plain values).
+    with a ``to_dict()`` of plain values). ``flags[(env, method)]`` is the degeneracy flag
+    (``same_as_none`` on every seed's probe batch).
     """
 
     config: Any
@@ -293,34 +502,69 @@ class BenchResult:
     curves: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
     tier: str = "fast"
     episodes_per_update: int = 1
+    flags: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per (env, method): mean and sample std (ddof 1; 0 for one seed) of each metric."""
+        """Per (env, method): mean and sample std (ddof 1; 0 for one seed) of each metric,
+        the degeneracy flag, and ``acc_final``'s paired difference against ``none``
+        (``d_acc_*``: mean, CI ends, wins/ties/losses, verdict; absent without ``none``)."""
+        from marti_env.stats import paired_difference
+
         out = []
+        min_effect = getattr(self.config, "min_effect", 0.0)
         for env in self.envs:
+            base = {r["seed"]: r["acc_final"] for r in self.rows
+                    if r["env"] == env and r["method"] == "none"}  # fmt: skip
             for method in self.methods:
                 rows = [r for r in self.rows if r["env"] == env and r["method"] == method]
                 entry: dict[str, Any] = {"env": env, "method": method, "seeds": len(rows)}
-                for metric in (*METRICS, "acc_start"):
-                    values = np.array([r[metric] for r in rows], dtype=float)
+                if (env, method) in self.flags:
+                    entry["same_as_none"] = self.flags[(env, method)]
+                for metric in (*METRICS, "acc_start", "verifier_ba"):
+                    values = np.array([r.get(metric, np.nan) for r in rows], dtype=float)
                     values = values[~np.isnan(values)]
                     entry[f"{metric}_mean"] = float(values.mean()) if len(values) else float("nan")
                     entry[f"{metric}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+                mine = {r["seed"]: r["acc_final"] for r in rows}
+                if method != "none" and base and set(mine) == set(base):
+                    pd = paired_difference(
+                        mine, base, min_effect=min_effect, labels=(method, "none")
+                    )
+                    entry.update({
+                        "d_acc_mean": pd.difference.mean, "d_acc_low": pd.difference.low,
+                        "d_acc_high": pd.difference.high, "d_acc_wins": pd.wins,
+                        "d_acc_ties": pd.ties, "d_acc_losses": pd.losses,
+                        "d_acc_verdict": pd.verdict,
+                    })  # fmt: skip
                 out.append(entry)
         return out
 
     def table(self) -> str:
-        """The summary as a fixed-width text table (mean ± std over seeds)."""
-        header = ["env", "method", *METRICS]
+        """The summary as a fixed-width text table: ``=none`` (the degeneracy flag), mean ±
+        std over seeds of each metric, and ``acc_final - none`` with its 95% CI and
+        verdict."""
+        metrics = [m for m in METRICS if any(not math.isnan(r.get(m, math.nan)) for r in self.rows)]
+        header = ["env", "method", "=none", *metrics, "acc_final - none [95% CI]", "verdict"]
         lines = []
         for e in self.summary():
-            cells = [e["env"], e["method"]]
-            cells += [_cell(e[f"{m}_mean"], e[f"{m}_std"]) for m in METRICS]
+            flag = e.get("same_as_none")
+            cells = [e["env"], e["method"], "n/a" if flag is None else ("YES" if flag else "no")]
+            cells += [_cell(e[f"{m}_mean"], e[f"{m}_std"]) for m in metrics]
+            if "d_acc_mean" in e:
+                ci = "n/a" if math.isnan(e["d_acc_low"]) else (
+                    f"{e['d_acc_low']:+.3f}, {e['d_acc_high']:+.3f}")  # fmt: skip
+                cells += [f"{e['d_acc_mean']:+.3f} [{ci}]", _short(e["d_acc_verdict"])]
+            else:
+                cells += ["", ""]
             lines.append(cells)
         widths = [max(len(str(x)) for x in col) for col in zip(header, *lines, strict=True)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         rule = "  ".join("-" * w for w in widths)
-        return "\n".join([fmt.format(*header), rule, *(fmt.format(*c) for c in lines)])
+        legend = (
+            "=none YES: gradient-identical to `none` under this normalization (rewards an "
+            "increasing affine function of the outcome in every advantage group)"
+        )
+        return "\n".join([fmt.format(*header), rule, *(fmt.format(*c) for c in lines), legend])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -338,6 +582,11 @@ class BenchResult:
         }
 
 
+def _short(verdict: str) -> str:
+    """A verdict in a few words (``negligible: ...`` -> ``negligible``)."""
+    return verdict.split(":")[0].replace(" at 95%", "")
+
+
 def _cell(mean: float, std: float) -> str:
     return "n/a" if math.isnan(mean) else f"{mean:+.3f} ± {std:.3f}"
 
@@ -352,6 +601,11 @@ def run_benchmark(
     """Run the fast tier; see the module docstring for what each metric means."""
     config = config or BenchConfig()
     method_specs = [method_spec(m) for m in methods]
+    if config.controls:
+        method_specs += [
+            c for c in control_specs() if c.label not in {m.label for m in method_specs}
+        ]
+    credit_specs = [m for m in method_specs if m.control is None and not m.train_seed_shift]
     env_specs = [env_choice(e) for e in envs]
     labels = [m.label for m in method_specs]
     if len(set(labels)) != len(labels):
@@ -363,38 +617,45 @@ def run_benchmark(
     import marti_env
 
     for env_spec in env_specs:
-        agents = marti_env.make(env_spec.env_id, **env_spec.kwargs).possible_agents
+        plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
+        flags: dict[str, bool] = {}
         for seed in result.seeds:
             start = time.perf_counter()
-            attr = attribution(env_spec, method_specs, seed, config)
+            attr = attribution(env_spec, credit_specs, seed, config)
             rng = np.random.default_rng(_seed("team", env_spec.label, seed))
-            team = SimTeam.random(
-                agents, rng, config.skill_range, config.persuade_range,
-                num_distractors=config.num_distractors,
-            )  # fmt: skip
+            team = random_team(plain, rng, config)
             eval_seeds = [int(s) for s in rng.integers(2**31, size=config.eval_episodes)]
-            plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
-            acc_start = team_accuracy(plain, team, eval_seeds, run_seed=seed)
+            probed = probe_batch(env_spec, credit_specs, team, seed, config)
+            for label, (same, _) in probed.items():
+                flags[label] = flags.get(label, True) and same
+            acc_start = evaluate_team(env_spec, team, eval_seeds, run_seed=seed)["acc"]
             if log:
                 spent = time.perf_counter() - start
-                log(f"{env_spec.label} seed {seed}: attribution done ({spent:.1f}s)")
+                log(f"{env_spec.label} seed {seed}: attribution and probe done ({spent:.1f}s)")
             for m in method_specs:
                 t0 = time.perf_counter()
-                out = train(env_spec, m, team, seed, config, eval_seeds)
+                out = train(env_spec, m, team, seed + config.train_seed_offset, config, eval_seeds)
                 result.curves[(env_spec.label, m.label, seed)] = out["curve"]
+                nan = float("nan")
                 result.rows.append({
                     "env": env_spec.label, "method": m.label, "seed": seed,
-                    "attr": attr[m.label][0],
-                        "attr_within": attr[m.label][1],
-                        "acc_start": acc_start,
+                    "team_seed": seed, "train_seed": out["train_seed"],
+                    "attr": attr[m.label][0] if m.label in attr else nan,
+                    "attr_within": attr[m.label][1] if m.label in attr else nan,
+                    "fidelity": probed[m.label][1] if m.label in probed else nan,
+                    "zero_adv": out["zero_adv"], "abl_drop": out["abl_drop"],
+                    "acc_start": acc_start,
                     "acc_final": out["acc_final"], "acc_auc": out["acc_auc"],
+                    "verifier_ba": out["verifier_ba"],
                     "episodes": config.updates * config.batch,
                     "seconds": round(time.perf_counter() - t0, 3),
                 })  # fmt: skip
                 if log:
                     r = result.rows[-1]
                     log(
-                        f"  {m.label:<24} attr {r['attr']:+.3f}  acc {acc_start:.3f} -> "
+                        f"  {m.label:<24} fid {r['fidelity']:+.3f}  acc {acc_start:.3f} -> "
                         f"{r['acc_final']:.3f}  auc {r['acc_auc']:.3f}  ({r['seconds']:.1f}s)"
                     )
+        for label, same in flags.items():
+            result.flags[(env_spec.label, label)] = same
     return result

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -184,11 +184,14 @@ def play(
     episode_seed: int,
     run_seed: int,
     absent: str | None = None,
+    replace: Mapping[str, Callable[[str], str]] | None = None,
 ) -> Played:
     """Run one episode of ``env`` (a ``marti_env.make`` env) with the simulated team.
 
     ``absent`` names an agent that answers ``""`` on every turn (the counterfactual
-    "without agent i"). The env is reset with ``seed=episode_seed``.
+    "without agent i"); ``replace`` maps agents to a function applied to each of their
+    responses (e.g. flipping a verifier's decision), after the agent drew its choices.
+    The env is reset with ``seed=episode_seed``.
     """
     obs, infos = env.reset(seed=episode_seed)
     record = env.record
@@ -207,7 +210,7 @@ def play(
                 by_turn[(a, info["round"])] = []
             else:
                 text, choices = team.act(a, info["role"], obs[a]["messages"], record.task, rngs[a])
-                actions[a] = text
+                actions[a] = replace[a](text) if replace and a in replace else text
                 by_turn[(a, info["round"])] = choices
         obs, rewards, terms, truncs, infos = env.step(actions)
     return Played(record, [by_turn[(t.agent, t.round)] for t in record.turns])

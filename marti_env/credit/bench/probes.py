@@ -1,0 +1,165 @@
+"""Simulated agents and true contributions for the credit-probe envs of the fast tier.
+
+The probe envs (``split-sum-v0``, ``gate-v0``, ``signal-v0``; :data:`PROBE_WORKFLOWS`) have
+roles the debate agents of :mod:`marti_env.credit.bench.sim` do not play. A
+:class:`ProbeTeam` is a :class:`~marti_env.credit.bench.sim.SimTeam` (same two logits per
+agent, same four uniforms per call, so common-random-number replays work) whose agents
+read the observation the real env rendered and answer by role:
+
+==========  =========================================  ====================================
+role        ``p = sigmoid(theta[i, SKILL])``            ``q = sigmoid(theta[i, PERSUADE])``
+==========  =========================================  ====================================
+solver      P(boxing its share's value; else a near    --
+            miss)
+distractor  P(boxing 0; else it echoes its noise)       --
+generator   P(the right answer; else a near miss)       --
+verifier    P(checking: ACCEPT iff the proposal is      P(ACCEPT) when it does not check
+(gate)      right)
+speaker     P(boxing the target; else a lazy ``ok``)    --
+listener    --                                          P(picking the candidate the message
+                                                        names; else uniform at random)
+==========  =========================================  ====================================
+
+A probe env's *true contribution* of agent ``i`` in one episode is ``R - R'``, where ``R'``
+is the outcome of the same episode replayed (same draws, downstream agents re-executed)
+with agent ``i`` absent (it answers ``""``), except the gate's verifier, whose
+counterfactual is its decision flipped (:func:`counterfactuals`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from marti_env.credit.bench.sim import PERSUADE, SKILL, Decision, SimTeam, sigmoid, wrong_answer
+from marti_env.record import Message
+from marti_env.rewards.boxed import extract_boxed
+from marti_env.tasks.task import Task
+from marti_env.workflows.gate import VERIFIER, flip
+from marti_env.workflows.signal import NULL_MESSAGE
+from marti_env.workflows.split_sum import evaluate, parse_int
+
+PROBE_WORKFLOWS: tuple[str, ...] = ("split_sum", "gate", "signal")
+"""Workflow names whose envs a :class:`ProbeTeam` plays."""
+
+ROLE_RANGES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "solver": ((0.6, 0.95), (0.5, 0.5)),
+    "distractor": ((0.2, 0.6), (0.5, 0.5)),
+    "generator": ((0.5, 0.8), (0.5, 0.5)),
+    "verifier": ((0.1, 0.4), (0.3, 0.7)),
+    "speaker": ((0.1, 0.4), (0.5, 0.5)),
+    "listener": ((0.5, 0.5), (0.1, 0.4)),
+}
+"""Initial ``(p range, q range)`` of a random probe team, by role (columns that a role does
+not use stay at 0.5: their logits get no gradient)."""
+
+_SHARE = re.compile(r"share of the total is (.+?)\. ")
+_SENSOR = re.compile(r"sensor reads (-?\d+)")
+_TARGET = re.compile(r"The target is (-?\d+)\.")
+_CANDIDATES = re.compile(r"Candidates: ([^.]*)\.")
+_MESSAGE = re.compile(r"message: (.*?)\. Give the target")
+_FIRST_BOX = re.compile(r"\\boxed\{([^{}]*)\}")  # the proposal comes before the template's boxes
+
+
+class ProbeTeam(SimTeam):
+    """Simulated agents for the probe envs (see the module docstring for each role)."""
+
+    @classmethod
+    def random_by_role(
+        cls, agents: Sequence[str], roles: Sequence[str], rng: np.random.Generator
+    ) -> ProbeTeam:
+        """A team with ``p``, ``q`` drawn uniformly from :data:`ROLE_RANGES` per role."""
+        unknown = sorted(set(roles) - set(ROLE_RANGES))
+        if unknown:
+            raise ValueError(f"ProbeTeam: no simulated agent for role(s) {unknown}")
+        skill = [rng.uniform(*ROLE_RANGES[r][0]) for r in roles]
+        persuade = [rng.uniform(*ROLE_RANGES[r][1]) for r in roles]
+        theta = np.array(
+            [
+                [np.log(p / (1 - p)), np.log(q / (1 - q))]
+                for p, q in zip(skill, persuade, strict=True)
+            ]
+        )
+        return cls(tuple(agents), theta)
+
+    def copy(self) -> ProbeTeam:
+        return ProbeTeam(self.agents, self.theta.copy(), self.num_distractors)
+
+    def act(
+        self,
+        agent: str,
+        role: str,
+        messages: Sequence[Message],
+        task: Task,
+        rng: np.random.Generator,
+    ) -> tuple[str, list[Decision]]:
+        u_q, u_p, u_wrong, u_pick = rng.random(4)
+        p, q = sigmoid(self.theta[self.index(agent)])
+        content = messages[-1]["content"] if messages else ""
+        decisions: list[Decision] = []
+
+        def draw(column: int, prob: float, u: float) -> bool:
+            taken = bool(u < prob)
+            decisions.append((column, taken))
+            return taken
+
+        if role == "solver":
+            share = _SHARE.search(content)
+            value = evaluate(share.group(1)) if share else 0
+            right = draw(SKILL, p, u_p)
+            return (
+                f"\\boxed{{{value if right else wrong_answer(str(value), u_wrong, 3)}}}",
+                decisions,
+            )
+        if role == "distractor":
+            noise = _SENSOR.search(content)
+            silent = draw(SKILL, p, u_p)
+            return f"\\boxed{{{0 if silent or not noise else noise.group(1)}}}", decisions
+        if role == "generator":
+            right = draw(SKILL, p, u_p)
+            answer = task.answer if right else wrong_answer(task.answer, u_wrong, 3)
+            return f"I solved it: \\boxed{{{answer}}}", decisions
+        if role == "verifier":
+            first = _FIRST_BOX.search(content)
+            proposal = first.group(1) if first else None
+            if proposal is not None and draw(SKILL, p, u_p):
+                accept = parse_int(proposal) == parse_int(task.answer)
+            else:
+                accept = draw(PERSUADE, q, u_q)
+            return f"\\boxed{{{'ACCEPT' if accept else 'REJECT'}}}", decisions
+        if role == "speaker":
+            target = _TARGET.search(content)
+            informative = draw(SKILL, p, u_p)
+            said = target.group(1) if informative and target else "ok"
+            return f"My message: \\boxed{{{said}}}", decisions
+        if role == "listener":
+            found = _CANDIDATES.search(content)
+            options = found.group(1).split(", ") if found else [""]
+            message = _MESSAGE.search(content)
+            named = message.group(1) if message else NULL_MESSAGE
+            if named in options and draw(PERSUADE, q, u_q):
+                return f"\\boxed{{{named}}}", decisions
+            pick = options[min(int(u_pick * len(options)), len(options) - 1)]
+            return f"\\boxed{{{pick}}}", decisions
+        raise ValueError(f"ProbeTeam: agent {agent!r} has role {role!r}, which it cannot play")
+
+
+def _flip_response(text: str) -> str:
+    return f"\\boxed{{{flip(extract_boxed(text))}}}"
+
+
+def counterfactuals(
+    workflow_name: str, agents: Sequence[str]
+) -> dict[str, Mapping[str, Callable[[str], str]]]:
+    """Per agent, the ``replace`` argument of :func:`~marti_env.credit.bench.sim.play` that
+    realises its counterfactual: absent (answers ``""``), or for the gate's verifier its
+    decision flipped."""
+    out: dict[str, Mapping[str, Callable[[str], str]]] = {}
+    for a in agents:
+        if workflow_name == "gate" and a == VERIFIER:
+            out[a] = {a: _flip_response}
+        else:
+            out[a] = {a: lambda text: ""}
+    return out

@@ -1,0 +1,196 @@
+"""The fast tier on the credit-probe envs: simulated roles, true contributions, controls,
+the degeneracy flag and the paired differences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import marti_env
+from marti_env import Task
+from marti_env.credit import CreditMethod, register_credit
+from marti_env.credit.base import _CREDIT
+from marti_env.credit.bench import BenchConfig, run_benchmark
+from marti_env.credit.bench.harness import (
+    EnvChoice,
+    method_spec,
+    probe_batch,
+    random_team,
+    true_contributions,
+)
+from marti_env.credit.bench.probes import ProbeTeam
+from marti_env.credit.bench.sim import PERSUADE, SKILL, play
+from marti_env.credit.degeneracy import affine_fit, gradient_identical_to_none
+
+SURE, NEVER = 50.0, -50.0
+TASK = Task("q", "What is 40 + 6?", "46", "test")
+TINY = BenchConfig(
+    updates=2, batch=4, eval_episodes=8, attr_configs=1, attr_episodes=8, probe_episodes=8
+)
+
+
+def user(content: str) -> tuple[dict[str, str], ...]:
+    return ({"role": "user", "content": content},)
+
+
+# --- the degeneracy check -----------------------------------------------------------------
+
+
+def test_affine_fit_hand_values():
+    # r = 0.5 R exactly
+    assert affine_fit([0.5, 0.5, 0.0], [1, 1, 0]) == pytest.approx((0.0, 0.5, 0.0))
+    # constant outcome: a = mean(r), b = 0, residual = max |r - mean|
+    assert affine_fit([1.0, 3.0], [1, 1]) == pytest.approx((2.0, 0.0, 1.0))
+    with pytest.raises(ValueError, match="equal-length"):
+        affine_fit([1.0], [1, 0])
+
+
+def test_turn_discounting_is_flagged_and_score_is_not():
+    # two rounds, gamma = 0.9: round 0 gets 0.9 R, round 1 gets R; groups (agent, round)
+    outcomes = [1, 0, 1, 1, 0, 1]
+    groups = [("a", 0), ("a", 0), ("a", 0), ("a", 1), ("a", 1), ("a", 1)]
+    discounted = [0.9 * r for r in outcomes[:3]] + outcomes[3:]
+    assert gradient_identical_to_none(discounted, outcomes, groups)
+    assert gradient_identical_to_none(outcomes, outcomes, groups)  # none itself
+    score = [1, 1, 0, 1, 0, 0]  # the turn's own score: not a function of R
+    assert not gradient_identical_to_none(score, outcomes, groups)
+    # a negative slope flips the gradient: not identical
+    assert not gradient_identical_to_none([-r for r in outcomes], outcomes, groups)
+    # constant reward where R varies: zero advantages, not none's
+    assert not gradient_identical_to_none([0.0] * 6, outcomes, groups)
+    # mean-only centering: identical only with slope 1
+    assert not gradient_identical_to_none(discounted, outcomes, groups, normalize="mean")
+    assert gradient_identical_to_none([r + 3 for r in outcomes], outcomes, groups, "mean")
+    with pytest.raises(ValueError, match="normalize must be one of"):
+        gradient_identical_to_none(outcomes, outcomes, groups, normalize="max")
+
+
+def test_benchmark_flags_discounting_in_its_table():
+    result = run_benchmark(
+        ["none", "discounted", "score"], ["mad-v0"], seeds=[0], config=TINY.__class__(
+            **{**TINY.to_dict(), "controls": False}
+        ),
+    )  # fmt: skip
+    assert result.flags == {
+        ("mad-v0", "none"): True, ("mad-v0", "discounted"): True, ("mad-v0", "score"): False,
+    }  # fmt: skip
+    rows = {line.split()[1]: line.split()[2] for line in result.table().splitlines()[2:-1]}
+    assert rows == {"none": "YES", "discounted": "YES", "score": "no"}
+    assert "gradient-identical to `none` under this normalization" in result.table()
+
+
+# --- simulated roles ----------------------------------------------------------------------
+
+
+def test_probe_roles():
+    team = ProbeTeam(("a",), np.array([[SURE, SURE]]))
+    rng = np.random.default_rng(0)
+    text, d = team.act("a", "solver", user("Your share of the total is 3 * 7 - 4. Give"), TASK, rng)
+    assert text == "\\boxed{17}" and d == [(SKILL, True)]
+    text, d = team.act("a", "distractor", user("Your sensor reads 34. Give"), TASK, rng)
+    assert text == "\\boxed{0}" and d == [(SKILL, True)]
+    text, d = team.act("a", "verifier", user("Proposed solution:\n\\boxed{45}\n"), TASK, rng)
+    assert text == "\\boxed{REJECT}" and d == [(SKILL, True)]  # checks: the proposal is wrong
+    text, _ = team.act(
+        "a", "speaker", user("Candidates: 40, 46. The target is 46. Send"), TASK, rng
+    )
+    assert text.endswith("\\boxed{46}")
+    seen = user("Candidates: 46, 40. Your partner, ... message: 46. Give the target in")
+    text, d = team.act("a", "listener", seen, TASK, rng)
+    assert text == "\\boxed{46}" and d == [(PERSUADE, True)]
+    lazy = ProbeTeam(("a",), np.array([[NEVER, NEVER]]))
+    text, d = lazy.act("a", "distractor", user("Your sensor reads 34. Give"), TASK, rng)
+    assert text == "\\boxed{34}" and d == [(SKILL, False)]
+    text, d = lazy.act("a", "verifier", user("Proposed solution:\n\\boxed{46}\n"), TASK, rng)
+    assert text == "\\boxed{REJECT}" and d == [(SKILL, False), (PERSUADE, False)]
+    with pytest.raises(ValueError, match="role 'debater', which it cannot play"):
+        team.act("a", "debater", user(""), TASK, rng)
+
+
+def test_true_contributions_by_replay():
+    # split-sum, a perfect team with one loud distractor: team wrong; without the
+    # distractor it is right (contribution -1); without a solver still wrong (0)
+    env = marti_env.make("split-sum-v0", num_solvers=2, num_distractors=1)
+    team = ProbeTeam(tuple(env.possible_agents), np.array([[SURE, 0], [SURE, 0], [NEVER, 0]]))
+    outcome = play(env, team, 3, 0).record.outcome
+    assert outcome == 0.0
+    assert true_contributions(env, team, 3, 0, outcome) == {
+        "solver_0": 0.0, "solver_1": 0.0, "distractor_0": -1.0,
+    }  # fmt: skip
+    # gate: a right generator and a verifier that checks (ACCEPT); flipping it hands the
+    # answer to a fallback that is never right: contribution 1. Without the generator the
+    # verifier sees no proposal and accepts nothing: 1 - 0.
+    env = marti_env.make("gate-v0", fallback_accuracy=0.0)
+    team = ProbeTeam(tuple(env.possible_agents), np.array([[SURE, 0], [SURE, SURE]]))
+    outcome = play(env, team, 1, 0).record.outcome
+    assert outcome == 1.0
+    assert true_contributions(env, team, 1, 0, outcome) == {"generator_0": 1.0, "verifier_0": 1.0}
+    # signal: an informative speaker and a listener that follows: the null message leaves
+    # the listener guessing among 4 (this draw guesses wrong): contribution 1
+    env = marti_env.make("signal-v0")
+    team = ProbeTeam(tuple(env.possible_agents), np.array([[SURE, 0], [0, SURE]]))
+    played = play(env, team, 0, 0)
+    truth = true_contributions(env, team, 0, 0, played.record.outcome)
+    assert played.record.outcome == 1.0 and truth["listener_0"] == 1.0
+    assert truth["speaker_0"] in (0.0, 1.0)
+
+
+@register_credit("test_shifted_score")
+@dataclass
+class _ShiftedScore(CreditMethod):
+    """score + 5: the same ranks as score."""
+
+    def assign(self, episode, rule):
+        return [t.score + 5.0 for t in episode.turns]
+
+
+def test_fidelity_ignores_a_constant_added_to_every_reward():
+    try:
+        spec = EnvChoice("gate-v0", "gate-v0")
+        env = marti_env.make("gate-v0")
+        team = random_team(env, np.random.default_rng(0), TINY)
+        cfg = BenchConfig(probe_episodes=32)
+        out = probe_batch(spec, [method_spec("score"), method_spec("test_shifted_score")],
+                          team, 0, cfg)  # fmt: skip
+        assert out["score"][1] == out["test_shifted_score"][1] != 0.0
+    finally:
+        _CREDIT.pop("test_shifted_score", None)
+
+
+# --- the benchmark on the probes ------------------------------------------------------------
+
+
+def test_probe_benchmark_rows_controls_and_pairs():
+    result = run_benchmark(["none", "shapley"], ["split-sum-v0", "gate-v0"], seeds=[0, 1],
+                           config=TINY)  # fmt: skip
+    assert result.methods == ["none", "shapley", "oracle", "random", "none@reseed"]
+    rows = {(r["env"], r["method"], r["seed"]): r for r in result.rows}
+    assert rows[("gate-v0", "none@reseed", 1)]["train_seed"] == 1 + 100_003
+    assert rows[("gate-v0", "none", 1)]["train_seed"] == 1
+    assert 0.0 <= rows[("gate-v0", "none", 0)]["verifier_ba"] <= 1.0
+    assert np.isnan(rows[("split-sum-v0", "none", 0)]["verifier_ba"])
+    assert rows[("split-sum-v0", "none", 0)]["abl_drop"] == 0.0  # nobody sees anyone
+    summary = {(e["env"], e["method"]): e for e in result.summary()}
+    assert "d_acc_mean" not in summary[("gate-v0", "none")]
+    assert summary[("gate-v0", "shapley")]["d_acc_verdict"]
+    # the same arguments give the same numbers
+    again = run_benchmark(["none", "shapley"], ["split-sum-v0", "gate-v0"], seeds=[0, 1],
+                          config=TINY)  # fmt: skip
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in result.rows]
+    # (repr: NaN, a metric that does not apply, is not equal to itself)
+    assert repr(strip) == repr([{k: v for k, v in r.items() if k != "seconds"} for r in again.rows])
+
+
+def test_credit_irrelevant_variant_ties():
+    # one solver sees the whole total, no distractor: every credit method gives it the
+    # outcome up to an increasing affine map, so all are flagged and train alike
+    config = BenchConfig(**{**TINY.to_dict(), "controls": False})
+    env = "split-sum-v0:num_solvers=1:num_distractors=0"
+    result = run_benchmark(["none", "leave_one_out", "shapley", "score"], [env], [0, 1], config)
+    assert all(result.flags[(env, m)] for m in ("none", "leave_one_out", "shapley", "score"))
+    finals = {}
+    for r in result.rows:
+        finals.setdefault(r["seed"], set()).add(r["acc_final"])
+    assert all(len(v) == 1 for v in finals.values())
