@@ -48,7 +48,7 @@ from pettingzoo import ParallelEnv
 from marti_env.credit import CreditMethod, FinalAnswerRule, checked_rewards
 from marti_env.prompts import Prompts
 from marti_env.record import EpisodeRecord, Message, Turn
-from marti_env.rewards import Reward, extract_boxed, majority_answer
+from marti_env.rewards import AnswerRule, Reward, extract_boxed, majority_answer
 from marti_env.rewards.base import MathReward
 from marti_env.spaces import messages_space, response_space
 from marti_env.tasks import Task, TaskSource
@@ -107,6 +107,9 @@ class WorkflowEnv(ParallelEnv):
             label_free_reward if label_free_reward is not None else MathReward()
         )
         self.credit = credit
+        # A reward with its own answer rule (code: programs, votes by behaviour) reads answers.
+        self._rule = reward if isinstance(reward, AnswerRule) else None
+        self._extract = self._rule.extract_answer if self._rule else extract_boxed
         self.render_mode = render_mode
         self.possible_agents = list(workflow.agents)
         self.agents: list[str] = []
@@ -239,7 +242,7 @@ class WorkflowEnv(ParallelEnv):
                     f"{self.env_id}: no action for active agent '{agent}' in round {self._round}"
                 )
             response = _as_text(actions[agent], agent)
-            answer = extract_boxed(response)
+            answer = self._extract(response)
             score = 0.0 if self.reward is None else self.reward.score(record.task, response)
             record.turns.append(
                 Turn(
@@ -296,16 +299,23 @@ class WorkflowEnv(ParallelEnv):
         else:
             scorer = self.reward
 
+        answer_rule = self._rule
+        workflow = self.workflow
+        if answer_rule is not None:
+            workflow = workflow.with_answer_key(functools.partial(answer_rule.answer_key, task))
+
         def score_answer(answer: str | None) -> float:
             if answer is None or task.answer is None:
                 return 0.0
+            if answer_rule is not None:
+                return float(answer_rule.score_answer(task, answer))
             return float(scorer.score(task, "\\boxed{" + answer + "}"))
 
-        record.final_answer = self.workflow.final_answer(record.turns, self._tie_order)
+        record.final_answer = workflow.final_answer(record.turns, self._tie_order)
         record.outcome = score_answer(record.final_answer)
         rule = FinalAnswerRule(
-            inputs=self.workflow.rule_inputs(record.turns),
-            choose=functools.partial(self.workflow.final_rule, tie_order=self._tie_order),
+            inputs=workflow.rule_inputs(record.turns),
+            choose=functools.partial(workflow.final_rule, tie_order=self._tie_order),
             score=score_answer,
         )
         for turn, reward in zip(

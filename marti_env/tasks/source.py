@@ -39,6 +39,7 @@ from typing import Any
 from marti_env.tasks.arithmetic import ArithmeticTasks
 from marti_env.tasks.base import ListTasks, TaskSource
 from marti_env.tasks.catalog import DATA_DIR_ENV, DATASETS, data_dir, locate
+from marti_env.tasks.code_sources import code_task_source
 from marti_env.tasks.files import load_tasks, read_task_file
 from marti_env.tasks.hf import load_hf_dataset, read_hf_dataset
 from marti_env.tasks.task import Task
@@ -84,6 +85,9 @@ def make_task_source(spec: Any, *, limit: int | None = None) -> TaskSource:
 def _make(spec: Any, limit: int | None) -> TaskSource:
     if isinstance(spec, TaskSource):
         return spec
+    code = code_task_source(spec)  # "humaneval", "code_gen", {"type": "code_..."}
+    if code is not None:
+        return code
     if isinstance(spec, (list, tuple)) and (not spec or isinstance(spec[0], Task)):
         return ListTasks(spec, name="tasks")  # checks every element
     if isinstance(spec, Mapping):

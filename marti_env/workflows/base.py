@@ -12,7 +12,7 @@ import copy
 import functools
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -112,6 +112,8 @@ class Workflow(ABC):
     templates: ClassVar[Mapping[str, frozenset[str]]]
     labels: ClassVar[tuple[str, ...]] = ()
     headings: tuple[str, ...] = ()
+    answer_key: Callable[[str], str] = staticmethod(canonical_answer)
+    """Groups answers in votes: the canonical form of a math answer by default."""
     agents: tuple[str, ...]
     num_rounds: int
 
@@ -170,10 +172,16 @@ class Workflow(ABC):
         clone.headings = tuple(headings)
         return clone
 
-    @staticmethod
-    def vote(answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:
-        """Majority vote over canonical answers (see :func:`majority_vote`)."""
-        return majority_vote(answers, tie_order, canonical_answer)
+    def vote(self, answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:
+        """Majority vote over answers grouped by :attr:`answer_key` (see :func:`majority_vote`)."""
+        return majority_vote(answers, tie_order, self.answer_key)
+
+    def with_answer_key(self, key: Callable[[str], str]) -> Workflow:
+        """A shallow copy of this workflow whose votes group answers by ``key`` (the env sets
+        a code task's: programs grouped by behaviour on the tests)."""
+        clone = copy.copy(self)
+        clone.answer_key = key  # type: ignore[method-assign]
+        return clone
 
     def describe(self) -> dict[str, Any]:
         """Who acts in each round, for ``pprint``/docs."""
