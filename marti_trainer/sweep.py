@@ -29,13 +29,16 @@ exactly once, however often the sweep is started, stopped and started again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -394,11 +397,37 @@ def _write_cell_yaml(cell: Cell) -> None:
 
 def run_command(cmd: list[str], log_path: str) -> int:
     """Run ``cmd`` with its output appended to ``log_path``; its exit code. (Module level so
-    a Ray task can run it.)"""
+    a Ray task can run it.)
+
+    The process gets its own session, and each SIGINT or SIGTERM this process receives
+    while waiting is passed on to it once: ``marti train`` then finishes its step, saves a
+    checkpoint and exits 130 / 143 (a second signal stops it at once). Without this, Ctrl-C
+    would reach both and ``subprocess`` would kill the trainer mid-save.
+    """
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with _forward_signals(proc):
+            while True:
+                try:
+                    return proc.wait()
+                except KeyboardInterrupt:
+                    proc.send_signal(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen) -> Iterator[None]:
+    """Pass SIGTERM on to ``proc`` while it runs (SIGINT arrives as KeyboardInterrupt);
+    only the main thread can set handlers, elsewhere (a Ray worker thread) nothing is set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ray_run(jobs: list[tuple[list[str], str]], address: str | None, cpus: float) -> list[int]:

@@ -4,6 +4,10 @@ refusal of changed configs, bad grids named; one real sweep of a tiny random mod
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -235,3 +239,25 @@ def test_ray_backend_runs_cells_as_tasks(tiny_dir, tmp_path, monkeypatch):  # no
     assert [o.status for o in outcomes] == ["trained", "trained"]
     assert all(o.summary["eval_step_after"] == 1 for o in outcomes)
     assert [o.status for o in run_sweep(cells, backend="ray")] == ["reused", "reused"]
+
+
+def test_ctrl_c_stops_the_sweep_after_a_checkpoint(tiny_dir, tmp_path):  # noqa: F811
+    config, out = _tiny_yaml(tiny_dir, tmp_path / "tiny.yaml"), tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "marti_trainer.cli", "sweep", str(config), "--seeds", "0-1"]
+    cmd += ["--set", "total_steps=40", "--set", "eval.at_start=false", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "seed=0" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # as Ctrl-C: the sweep passes it on to `marti train` once
+    printed = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 1, printed
+    assert "seed=0: stopped" in printed and "1 not started" in printed
+    (cell, untouched) = plan_sweep(
+        config, [0, 1], [], out, ["total_steps=40", "eval.at_start=false"]
+    )
+    assert cell_status(cell) == "resume"  # the step under way finished and was saved
+    assert "stopped by SIGINT after step" in (cell.run_dir / "train.log").read_text()
+    assert not (untouched.run_dir / "metrics.jsonl").exists()
