@@ -204,3 +204,29 @@ def test_avg_at_k_runs_get_a_bootstrap_interval_over_problems(tmp_path):
     assert row[5] == expected.format(1, 100) + " (bootstrap)" and row[5].startswith("60.0 [")
     # generations per step: 4 tasks x 2 samples x 2 turns per episode
     assert r.generations_per_step == 16.0
+
+
+def test_summary_block_in_a_readme_is_generated_and_checked(sweep, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("# Project\n\n## Results\n\nno markers yet\n")
+    opts = ReportOptions(("sweep",), baseline="env.credit=none", summary_into="README.md")
+    with pytest.raises(ValueError, match=r"README.md: add the lines <!-- marti report summary"):
+        write_report(opts, "docs/results.md", plots=False)
+    assert not (tmp_path / "docs").exists()  # refused before writing anything
+    begin, end = "<!-- marti report summary: begin -->", "<!-- marti report summary: end -->"
+    readme.write_text(f"# Project\n\n## Results\n\n{begin}\nold figures\n{end}\n\nMore.\n")
+    written = write_report(opts, "docs/results.md", plots=False)
+    assert [p.name for p in written] == ["results.md", "README.md"]
+    text = readme.read_text()
+    assert "old figures" not in text and text.endswith(f"{end}\n\nMore.\n")
+    assert "[results.md](docs/results.md)" in text
+    assert "### Held-out accuracy per config" in text  # one level below the README's section
+    assert "| env.credit=quality | env.credit=none | 3 | +10.0 [" in text
+    assert "## Sources" not in text and check_report("docs/results.md") == []
+    readme.write_text(
+        text.replace("| env.credit=quality | 3 | 60.0", "| env.credit=quality | 3 | 65.0")
+    )
+    assert check_report("docs/results.md") == [
+        "README.md: its summary differs from a fresh `marti report`"
+    ]

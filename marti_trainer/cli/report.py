@@ -4,6 +4,7 @@ Examples::
 
     marti report runs/sweep__quickstart --out docs/results.md
     marti report runs/sweep__quickstart --baseline algorithm.group_by=agent --min-effect 0.02
+    marti report runs/sweep__quickstart --summary-into README.md   # tables into its README block
     marti report --check docs/results.md       # still what its cited run files give?
 
 Groups the finished runs by config (without the seed), and writes markdown tables (mean
@@ -44,6 +45,11 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
     parser.add_argument("--title", default="Results", help="the page's heading")
+    parser.add_argument(
+        "--summary-into", default=None, metavar="FILE",
+        help="also put the per-config and paired tables into FILE (e.g. README.md), between "
+        "its lines <!-- marti report summary: begin --> and <!-- marti report summary: end -->",
+    )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
     parser.add_argument(
         "--check", metavar="PAGE", default=None,
@@ -69,8 +75,9 @@ def run_report(args: argparse.Namespace) -> int:
     if not args.paths:
         raise ValueError("give at least one run or sweep folder (or --check PAGE)")
     opts = ReportOptions(
-        tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed, args.title
-    )
+        tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed,
+        args.title, args.summary_into,
+    )  # fmt: skip
     paths = write_report(opts, args.out, plots=not args.no_plots)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
