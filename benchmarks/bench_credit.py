@@ -8,6 +8,10 @@ The same as ``marti bench credit`` (same options; see marti_trainer/cli/bench.py
 the table (mean ± std over seeds of attr, attr_within, acc_final, acc_auc per env and
 method) and writes CSV, JSON and a PNG to ``--out`` (default runs/bench_credit__<time>).
 About 10 s per env and seed for the nine built-ins on one core with the default budget.
+
+    python benchmarks/bench_credit.py --leaderboard docs/results/credit_sim_*.json
+
+writes docs/credit_leaderboard.md (or --leaderboard-out) from result files instead.
 """
 
 from __future__ import annotations
@@ -23,8 +27,18 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_credit_arguments(parser)
+    parser.add_argument(
+        "--leaderboard", nargs="+", metavar="RESULTS_JSON",
+        help="write the leaderboard page from these results.json files (runs nothing)",
+    )  # fmt: skip
+    parser.add_argument("--leaderboard-out", default="docs/credit_leaderboard.md")
     args = parser.parse_args(argv)
     try:
+        if args.leaderboard:
+            from marti_env.credit.bench.leaderboard import write_leaderboard
+
+            print(write_leaderboard(args.leaderboard, args.leaderboard_out))
+            return 0
         return run_credit_bench(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"bench_credit: error: {e}", file=sys.stderr)

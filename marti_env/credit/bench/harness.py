@@ -564,7 +564,8 @@ class BenchResult:
             "=none YES: gradient-identical to `none` under this normalization (rewards an "
             "increasing affine function of the outcome in every advantage group)"
         )
-        return "\n".join([fmt.format(*header), rule, *(fmt.format(*c) for c in lines), legend])
+        body = [fmt.format(*header), rule, *(fmt.format(*c) for c in lines)]
+        return "\n".join([*body, legend] if self.flags else body)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,195 @@
+"""The credit leaderboard: a markdown page generated from benchmark result files.
+
+One job: turn ``results.json`` files written by :func:`~marti_env.credit.bench.write_outputs`
+into the page ``docs/credit_leaderboard.md``, so no figure in it is typed by hand. Per env:
+each method's degeneracy flag, fidelity, zero-advantage fraction, message-ablation drop,
+held-out accuracy with a bootstrap CI, the paired difference against ``none`` with its CI,
+wins/ties/losses and verdict, and the probability of improvement over ``none``. Across
+envs: the interquartile mean of ``acc_final`` with a stratified-bootstrap CI and the
+probability of improvement over ``none`` (Agarwal et al. 2021), and the list of cells where
+a method cannot be told apart from ``none``. All statistics are :mod:`marti_env.stats`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from marti_env.stats import (
+    iqm_ci,
+    mean_ci,
+    paired_difference,
+    probability_of_improvement,
+    probability_of_improvement_ci,
+)
+
+COLUMNS = (
+    "method", "=none", "fidelity", "zero_adv", "abl_drop", "acc_final [95% CI]",
+    "- none [95% CI]", "W/T/L", "P(> none)", "verdict",
+)  # fmt: skip
+
+
+def load_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """The result files, parsed; each must be a fast-tier ``results.json``.
+
+    Raises:
+        ValueError: a file that is not one (naming it).
+    """
+    out = []
+    for path in paths:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or "rows" not in data or "summary" not in data:
+            raise ValueError(f"{path}: not a credit benchmark results.json (no rows/summary)")
+        out.append(data)
+    return out
+
+
+def _fmt(x: float | None, signed: bool = True) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One result from several runs of the same config, methods and seeds on other envs
+    (e.g. run in parallel processes).
+
+    Raises:
+        ValueError: the runs differ in config, methods or seeds, or share an env.
+    """
+    first = results[0]
+    merged: dict[str, Any] = {k: first[k] for k in ("tier", "config", "methods", "seeds")}
+    merged.update(envs=[], rows=[], summary=[])
+    for i, data in enumerate(results):
+        for key in ("config", "methods", "seeds"):
+            if data[key] != first[key]:
+                raise ValueError(f"result {i} has another {key} than result 0; cannot merge")
+        shared = set(merged["envs"]) & set(data["envs"])
+        if shared:
+            raise ValueError(f"result {i} repeats env(s) {sorted(shared)}; cannot merge")
+        for key in ("envs", "rows", "summary"):
+            merged[key] += data[key]
+    return merged
+
+
+def _by_seed(rows: Sequence[Mapping[str, Any]], env: str, method: str) -> dict[int, float]:
+    return {
+        int(r["seed"]): float(r["acc_final"])
+        for r in rows
+        if r["env"] == env and r["method"] == method and r.get("acc_final") is not None
+    }
+
+
+def env_table(data: Mapping[str, Any], env: str, min_effect: float) -> list[list[str]]:
+    """One row of cells (:data:`COLUMNS`) per method of ``env`` in a result file."""
+    rows = data["rows"]
+    summary = {e["method"]: e for e in data["summary"] if e["env"] == env}
+    base = _by_seed(rows, env, "none")
+    table = []
+    for method in data["methods"]:
+        e = summary.get(method)
+        if e is None:
+            continue
+        mine = _by_seed(rows, env, method)
+        flag = e.get("same_as_none")
+        cells = [
+            f"`{method}`",
+            "n/a" if flag is None else ("**YES**" if flag else "no"),
+            _fmt(e.get("fidelity_mean")),
+            _fmt(e.get("zero_adv_mean"), signed=False),
+            _fmt(e.get("abl_drop_mean")),
+            mean_ci(list(mine.values())).format(3),
+        ]
+        if method != "none" and base and set(mine) == set(base):
+            pd = paired_difference(mine, base, min_effect=min_effect, labels=(method, "none"))
+            poi = probability_of_improvement(list(mine.values()), list(base.values()))
+            cells += [
+                pd.difference.format(3, signed=True),
+                f"{pd.wins}/{pd.ties}/{pd.losses}",
+                f"{poi:.2f}",
+                pd.verdict,
+            ]
+        else:
+            cells += ["", "", "", ""]
+        table.append(cells)
+    return table
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def leaderboard_markdown(results: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> str:
+    """The leaderboard page for ``results`` (parsed ``results.json`` files of one config,
+    merged by :func:`merge_results`, read from ``sources``, named on the page)."""
+    lines = [
+        "# Credit-assignment leaderboard: simulated tier",
+        "",
+        "Generated from " + ", ".join(f"`{s}`" for s in sources) + " by `python "
+        "benchmarks/bench_credit.py --leaderboard " + " ".join(sources) + "` "
+        "(`marti_env/credit/bench/leaderboard.py`); do not edit by hand. What the columns "
+        "mean: [credit.md](credit.md#controls-and-diagnostics).",
+        "",
+    ]
+    per_env: dict[str, dict[str, list[float]]] = {}
+    cannot_tell: list[str] = []
+    for data in [merge_results(results)]:
+        cfg = data["config"]
+        min_effect = float(cfg.get("min_effect", 0.0))
+        lines += [
+            f"Budget: {cfg['updates']} updates x {cfg['batch']} episodes (lr {cfg['lr']}), "
+            f"{cfg['eval_episodes']} held-out episodes, {len(data['seeds'])} paired seeds "
+            f"(team seed k, training seed k + {cfg.get('train_seed_offset', 0)}), "
+            f"min_effect {min_effect:g}.",
+            "",
+        ]
+        for env in data["envs"]:
+            lines += [f"## `{env}`", ""]
+            table = env_table(data, env, min_effect)
+            lines += _markdown_table(COLUMNS, table)
+            lines.append("")
+            for cells in table:
+                verdict = cells[-1]
+                if verdict.startswith(("indistinguishable", "negligible")):
+                    cannot_tell.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
+            for method in data["methods"]:
+                per_env.setdefault(method, {})[env] = list(
+                    _by_seed(data["rows"], env, method).values()
+                )
+    envs = sorted({e for scores in per_env.values() for e in scores})
+    complete = {m: s for m, s in per_env.items() if set(s) == set(envs) and all(s.values())}
+    if complete and len(envs) > 1:
+        lines += [
+            "## Across envs",
+            "",
+            f"Interquartile mean of `acc_final` over all runs of the {len(envs)} envs "
+            "(stratified-bootstrap 95% CI), and the probability that a run of the method "
+            "beats a run of `none` on the same env, averaged over envs (with its CI).",
+            "",
+        ]
+        rows = []
+        for method, scores in complete.items():
+            poi = ""
+            if method != "none" and "none" in complete:
+                poi = probability_of_improvement_ci(scores, complete["none"]).format(2)
+            rows.append([f"`{method}`", iqm_ci(scores).format(3), poi])
+        lines += _markdown_table(("method", "IQM acc_final [95% CI]", "P(> none) [95% CI]"), rows)
+        lines.append("")
+    lines += ["## Where methods cannot be told apart from `none`", ""]
+    lines += [f"- {c}" for c in cannot_tell] or ["- (none)"]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_leaderboard(sources: Sequence[str | Path], out: str | Path) -> Path:
+    """Read the result files and write the page to ``out``."""
+    names = [str(s) for s in sources]
+    text = leaderboard_markdown(load_results(sources), names)
+    path = Path(out)
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,53 @@
+"""The credit leaderboard is generated from its result files, never typed by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from marti_env.credit.bench import BenchConfig, run_benchmark
+from marti_env.credit.bench.leaderboard import (
+    leaderboard_markdown,
+    load_results,
+    merge_results,
+)
+from marti_env.credit.bench.report import write_outputs
+from tests.conftest import REPO
+
+TINY = BenchConfig(
+    updates=2, batch=4, eval_episodes=8, attr_configs=1, attr_episodes=8, probe_episodes=8
+)
+
+
+def test_docs_leaderboard_is_the_generated_page():
+    sources = sorted((REPO / "docs" / "results").glob("credit_sim_*.json"))
+    page = REPO / "docs" / "credit_leaderboard.md"
+    if not sources:
+        pytest.skip("no docs/results/credit_sim_*.json yet")
+    names = [str(p.relative_to(REPO)) for p in sources]
+    assert page.read_text(encoding="utf-8") == leaderboard_markdown(load_results(sources), names)
+
+
+def test_page_from_two_runs(tmp_path):
+    a = run_benchmark(["none", "shapley"], ["gate-v0"], [0, 1, 2], TINY)
+    b = run_benchmark(["none", "shapley"], ["split-sum-v0"], [0, 1, 2], TINY)
+    paths = [
+        write_outputs(r, tmp_path / n, plot_png=False)["json"] for r, n in ((a, "a"), (b, "b"))
+    ]
+    results = load_results(paths)
+    page = leaderboard_markdown(results, ["a.json", "b.json"])
+    assert "## `gate-v0`" in page and "## `split-sum-v0`" in page
+    assert "| `shapley` |" in page and "## Across envs" in page
+    assert "Where methods cannot be told apart" in page
+    merged = merge_results(results)
+    assert merged["envs"] == ["gate-v0", "split-sum-v0"] and len(merged["rows"]) == 30
+    with pytest.raises(ValueError, match=r"repeats env\(s\) \['gate-v0'\]"):
+        merge_results([results[0], results[0]])
+    other = dict(results[1], seeds=[0])
+    with pytest.raises(ValueError, match="another seeds"):
+        merge_results([results[0], other])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match=r"bad\.json: not a credit benchmark results\.json"):
+        load_results([bad])
