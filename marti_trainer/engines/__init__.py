@@ -6,7 +6,8 @@ bf16 autocast. ``deepspeed`` (:class:`DeepSpeedEngine`): the same update through
 :func:`make_engine`; DeepSpeed is imported only when used.
 """
 
-from marti_trainer.engines.base import Engine, lr_lambda, make_engine
+from marti_trainer.engines.base import Engine, lr_lambda
+from marti_trainer.engines.factory import make_engine
 from marti_trainer.engines.torch_engine import TorchEngine
 
 __all__ = ["Engine", "TorchEngine", "lr_lambda", "make_engine"]

@@ -1,4 +1,4 @@
-"""The engine interface and what every engine shares (LR schedule, parameter selection)."""
+"""The engine interface, :class:`Engine`, and what every engine shares (LR schedule, metrics)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 from marti_trainer.config import OptimConfig
 from marti_trainer.flops import ModelSize, train_flops
-from marti_trainer.learner import LossFn, TrainBatch
+from marti_trainer.learner import TrainBatch
 
-__all__ = ["Engine", "lr_lambda", "make_engine"]
+__all__ = ["Engine", "MetricSum", "lr_lambda", "work_metrics"]
 
 
 class Engine(ABC):
@@ -71,8 +72,6 @@ class Engine(ABC):
 
     def save(self, directory: str | Path) -> None:
         """Write the trained weights to ``directory/model.safetensors``."""
-        from safetensors.torch import save_file
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         save_file(
@@ -95,35 +94,6 @@ def lr_lambda(cfg: OptimConfig, total_steps: int) -> Callable[[int], float]:
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
-
-
-def make_engine(
-    model: torch.nn.Module,
-    cfg: OptimConfig,
-    loss_fn: LossFn,
-    total_steps: int,
-    params: list[torch.nn.Parameter] | None = None,
-    activate: Callable[[], None] | None = None,
-) -> Engine:
-    """Build the engine ``cfg.engine`` names.
-
-    Args:
-        model: The module to train (fp32 master weights).
-        cfg: Optimizer and engine settings.
-        loss_fn: ``loss_fn(model, micro_batch) -> (weighted loss, metrics, weight)``.
-        total_steps: Optimizer steps of the run (for LR decay).
-        params: The parameters to update (default: every trainable one).
-        activate: Called before each step (e.g. selects this agent's LoRA adapter).
-    """
-    if cfg.engine == "torch":
-        from marti_trainer.engines.torch_engine import TorchEngine
-
-        return TorchEngine(model, cfg, loss_fn, total_steps, params=params, activate=activate)
-    if cfg.engine == "deepspeed":
-        from marti_trainer.engines.deepspeed_engine import DeepSpeedEngine
-
-        return DeepSpeedEngine(model, cfg, loss_fn, total_steps, params=params)
-    raise ValueError(f"unknown engine {cfg.engine!r}")
 
 
 class MetricSum:

@@ -27,6 +27,7 @@ from marti_trainer.config import OptimConfig
 from marti_trainer.engines.base import Engine, MetricSum, lr_lambda, work_metrics
 from marti_trainer.flops import model_size
 from marti_trainer.learner import LossFn, TrainBatch
+from marti_trainer.models import cache_dir
 
 __all__ = ["DeepSpeedEngine", "ds_config", "init_distributed"]
 
@@ -42,8 +43,6 @@ def init_distributed() -> None:
     gpu = torch.cuda.is_available()
     if not gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    from marti_trainer.models import cache_dir
-
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
     for key, value in (
         ("MASTER_ADDR", "127.0.0.1"),
@@ -53,6 +52,7 @@ def init_distributed() -> None:
     ):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    # deepspeed is optional and heavy: imported only when this engine runs
     import deepspeed
 
     if not torch.distributed.is_initialized():
@@ -86,6 +86,7 @@ class DeepSpeedEngine(Engine):
         params: list[torch.nn.Parameter] | None = None,
     ) -> None:
         init_distributed()
+        # deepspeed is optional and heavy: imported on use
         import deepspeed
 
         self.cfg = cfg
@@ -155,6 +156,7 @@ class DeepSpeedEngine(Engine):
         return {**state, "optimizer": opt}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        # deepspeed is optional and heavy: imported on use
         from deepspeed.runtime.zero.config import ZeroStageEnum
 
         opt = dict(state["optimizer"])
@@ -183,6 +185,7 @@ class DeepSpeedEngine(Engine):
         return out
 
     def _full_fp32(self, p: torch.nn.Parameter) -> torch.Tensor:
+        # deepspeed is optional and heavy: imported on use
         from deepspeed.utils import safe_get_full_fp32_param
 
         value = safe_get_full_fp32_param(p)
@@ -191,6 +194,7 @@ class DeepSpeedEngine(Engine):
         return value.detach().float().cpu().clone()
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        # deepspeed is optional and heavy: imported on use
         from deepspeed.utils import safe_set_full_fp32_param
 
         by_name = dict(self.model.named_parameters())
