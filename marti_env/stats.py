@@ -152,9 +152,11 @@ def _bootstrap(
     seed: int,
     method: str,
     n_resamples: int,
+    batch: int = 2_000,
 ) -> tuple[float, float]:
     """``scipy.stats.bootstrap`` over ``samples`` (each resampled on its own), vectorised
-    along the last axis; the interval's ends (``nan`` when scipy finds none)."""
+    along the last axis, ``batch`` resamples at a time (memory); the interval's ends
+    (``nan`` when scipy finds none)."""
     with warnings.catch_warnings():
         # Degenerate resamples (BCa on near-constant data) give nan, handled by callers.
         warnings.simplefilter("ignore", category=RuntimeWarning)
@@ -167,7 +169,7 @@ def _bootstrap(
             axis=-1,
             confidence_level=confidence,
             method=method,
-            batch=max(1, min(n_resamples, 2_000)),
+            batch=max(1, min(n_resamples, batch)),
             **_rng_kwargs(seed),
         )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -365,7 +367,8 @@ def probability_of_improvement_ci(
         per_task = [_poi_one_task(s[2 * i], s[2 * i + 1]) for i in range(len(s) // 2)]
         return np.mean(per_task, axis=0)
 
-    low, high = _bootstrap(samples, stat, confidence, seed, "percentile", n_resamples)
+    batch = max(1, 4_000_000 // n)  # each resample compares n pairs: bound the memory
+    low, high = _bootstrap(samples, stat, confidence, seed, "percentile", n_resamples, batch)
     return Estimate(point, low, high, n, confidence, "stratified-bootstrap-percentile")
 
 
