@@ -39,6 +39,7 @@ def test_page_from_two_runs(tmp_path):
     page = leaderboard_markdown(results, ["a.json", "b.json"])
     assert "## `gate-v0`" in page and "## `split-sum-v0`" in page
     assert "| `shapley` |" in page and "## Across envs" in page
+    assert page.count("verifier_ba") == 1  # a column of the gate env only
     assert "Where methods cannot be told apart" in page
     merged = merge_results(results)
     assert merged["envs"] == ["gate-v0", "split-sum-v0"] and len(merged["rows"]) == 30

@@ -83,8 +83,13 @@ def _by_seed(rows: Sequence[Mapping[str, Any]], env: str, method: str) -> dict[i
     }
 
 
+def _has_ba(data: Mapping[str, Any], env: str) -> bool:
+    return any(e["env"] == env and e.get("verifier_ba_mean") is not None for e in data["summary"])
+
+
 def env_table(data: Mapping[str, Any], env: str, min_effect: float) -> list[list[str]]:
-    """One row of cells (:data:`COLUMNS`) per method of ``env`` in a result file."""
+    """One row of cells (:data:`COLUMNS`, then ``verifier_ba`` where the env has a gate
+    verifier) per method of ``env`` in a result file."""
     rows = data["rows"]
     summary = {e["method"]: e for e in data["summary"] if e["env"] == env}
     base = _by_seed(rows, env, "none")
@@ -114,6 +119,8 @@ def env_table(data: Mapping[str, Any], env: str, min_effect: float) -> list[list
             ]
         else:
             cells += ["", "", "", ""]
+        if _has_ba(data, env):
+            cells.append(_fmt(e.get("verifier_ba_mean"), signed=False))
         table.append(cells)
     return table
 
@@ -151,10 +158,11 @@ def leaderboard_markdown(results: Sequence[Mapping[str, Any]], sources: Sequence
         for env in data["envs"]:
             lines += [f"## `{env}`", ""]
             table = env_table(data, env, min_effect)
-            lines += _markdown_table(COLUMNS, table)
+            header = (*COLUMNS, "verifier_ba") if _has_ba(data, env) else COLUMNS
+            lines += _markdown_table(header, table)
             lines.append("")
             for cells in table:
-                verdict = cells[-1]
+                verdict = cells[COLUMNS.index("verdict")]
                 if verdict.startswith(("indistinguishable", "negligible")):
                     cannot_tell.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
             for method in data["methods"]:
