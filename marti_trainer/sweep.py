@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -395,9 +396,10 @@ def _write_cell_yaml(cell: Cell) -> None:
     (cell.run_dir / "cell.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def run_command(cmd: list[str], log_path: str) -> int:
-    """Run ``cmd`` with its output appended to ``log_path``; its exit code. (Module level so
-    a Ray task can run it.)
+def run_command(cmd: list[str], log_path: str, cwd: str | None = None) -> int:
+    """Run ``cmd`` in ``cwd`` with its output appended to ``log_path``; its exit code.
+    (Module level so a Ray task can run it; the sweep passes its own working directory, so
+    relative paths in the config mean the same on every node of a shared file system.)
 
     The process gets its own session, and each SIGINT or SIGTERM this process receives
     while waiting is passed on to it once: ``marti train`` then finishes its step, saves a
@@ -407,7 +409,9 @@ def run_command(cmd: list[str], log_path: str) -> int:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
+        )
         with _forward_signals(proc):
             while True:
                 try:
@@ -438,7 +442,8 @@ def _ray_run(jobs: list[tuple[list[str], str]], address: str | None, cpus: float
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
         task = ray.remote(num_cpus=cpus)(run_command)
-        return list(ray.get([task.remote(cmd, log) for cmd, log in jobs]))
+        here = os.getcwd()
+        return list(ray.get([task.remote(cmd, log, here) for cmd, log in jobs]))
     finally:
         if started:
             ray.shutdown()
@@ -480,8 +485,10 @@ def run_sweep(
         for c in todo:
             _write_manifest(c)
             _write_cell_yaml(c)
-        jobs = [(cell_command(c, states[c.name] == "resume"), str(c.run_dir / "train.log"))
-                for c in todo]  # fmt: skip
+        jobs = [
+            (cell_command(c, states[c.name] == "resume"), str((c.run_dir / "train.log").resolve()))
+            for c in todo
+        ]
         if backend == "ray":
             t0 = time.perf_counter()
             codes = _ray_run(jobs, ray_address, cpus_per_cell) if jobs else []

@@ -233,11 +233,13 @@ def test_local_sweep_resumes_a_killed_cell_and_reuses_finished_ones(tiny_dir, tm
 @pytest.mark.slow
 def test_ray_backend_runs_cells_as_tasks(tiny_dir, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    config = _tiny_yaml(tiny_dir, tmp_path / "tiny.yaml")
-    cells = plan_sweep(config, [0, 1], [], tmp_path / "sweep", ["total_steps=1"])
+    monkeypatch.chdir(tmp_path)  # relative paths: the tasks run in the sweep's folder
+    config = _tiny_yaml(tiny_dir, Path("tiny.yaml"))
+    cells = plan_sweep(config, [0, 1], [], "sweep", ["total_steps=1"])
     outcomes = run_sweep(cells, backend="ray", cpus_per_cell=0.5)
     assert [o.status for o in outcomes] == ["trained", "trained"]
     assert all(o.summary["eval_step_after"] == 1 for o in outcomes)
+    assert (tmp_path / "sweep" / "seed=1" / "summary.json").is_file()
     assert [o.status for o in run_sweep(cells, backend="ray")] == ["reused", "reused"]
 
 
