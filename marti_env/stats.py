@@ -12,7 +12,8 @@ with honest uncertainty. Each function is small and pure; randomness (the bootst
 * :func:`probability_of_improvement` / :func:`probability_of_improvement_ci`: P(X > Y) in the
   Mann-Whitney form, averaged over tasks, with a stratified-bootstrap CI (same paper).
 * :func:`paired_difference`: two configs on the same seeds (and problems): mean difference,
-  CI, wins/ties/losses and a plain verdict ("indistinguishable at 95%").
+  CI, wins/ties/losses and a plain verdict ("indistinguishable at 95%"), checked by the
+  exact sign-flip test :func:`sign_flip_p_value`.
 
 Every CI is an :class:`Estimate` (``est.format()`` -> ``"0.674 [0.601, 0.742]"``). The
 bootstrap is :func:`scipy.stats.bootstrap` (independent resampling of each sample given to
@@ -41,6 +42,7 @@ __all__ = [
     "paired_difference",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "sign_flip_p_value",
     "wilson_interval",
 ]
 
@@ -138,10 +140,10 @@ def _by_task(scores: Any, name: str) -> list[np.ndarray]:
     return [_values(v, f"{name}[{j}]") for j, v in enumerate(scores)]
 
 
-def _rng_kwargs(seed: int) -> dict[str, Any]:
+def _rng_kwargs(seed: int, function: Callable[..., Any] = _st.bootstrap) -> dict[str, Any]:
     """scipy >= 1.15 names the generator ``rng``; older versions ``random_state``."""
     gen = np.random.default_rng(seed)
-    params = inspect.signature(_st.bootstrap).parameters
+    params = inspect.signature(function).parameters
     return {"rng": gen} if "rng" in params else {"random_state": gen}
 
 
@@ -383,10 +385,13 @@ class PairedDifference:
         difference: Mean of the per-pair differences ``a_i - b_i`` with its bootstrap CI.
         wins: Pairs where A is higher; ``ties``: equal; ``losses``: B higher.
         min_effect: Differences smaller than this (in absolute value) are called negligible.
-        verdict: ``"indistinguishable at 95%"`` when the CI covers zero; ``"negligible:
-            |+0.004| < min_effect 0.01 (though the 95% CI excludes 0)"`` when significant but
-            small; ``"A higher at 95%"`` / ``"B higher at 95%"`` otherwise (with the labels
-            given); ``"too few pairs (n=1) for a CI"`` with one pair.
+        verdict: ``"indistinguishable at 95%"`` when the CI covers zero, or (with a note
+            giving ``p_value``) when the CI excludes zero but the exact sign-flip test does
+            not reject at that level, as happens with few pairs; ``"negligible: |+0.004| <
+            min_effect 0.01 (though the 95% CI excludes 0)"`` when significant but small;
+            ``"A higher at 95%"`` / ``"B higher at 95%"`` otherwise (with the labels given);
+            ``"too few pairs (n=1) for a CI"`` with one pair.
+        p_value: Two-sided p-value of :func:`sign_flip_p_value` (nan with one pair).
     """
 
     difference: Estimate
@@ -395,12 +400,44 @@ class PairedDifference:
     losses: int
     min_effect: float
     verdict: str
+    p_value: float = math.nan
 
     def format(self, digits: int = 3, scale: float = 1.0) -> str:
         """``"+0.052 [+0.010, +0.094]  4/0/1  B higher at 95%"``
         (difference, wins/ties/losses, verdict)."""
         d = self.difference.format(digits, scale, signed=True)
         return f"{d}  {self.wins}/{self.ties}/{self.losses}  {self.verdict}"
+
+
+def sign_flip_p_value(
+    a: Sequence[float], b: Sequence[float], seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES
+) -> float:
+    """Two-sided p-value of the paired permutation (sign-flip) test of ``mean(a - b) = 0``
+    (Fisher 1935; :func:`scipy.stats.permutation_test` with ``permutation_type="samples"``).
+
+    Under the null each pair's two values are exchangeable, so each ``d_i = a_i - b_i`` is
+    as likely ``+d_i`` as ``-d_i``; ``p = P(|mean(+-d)| >= |mean(d)|)`` over the ``2^n``
+    sign patterns: exact for n <= 16, else ``n_resamples`` seeded random patterns. It
+    needs no normality, and it shows what few seeds can say: with n pairs the smallest
+    possible p is ``2 / 2^n`` (0.0625 for 5 pairs, however large the differences).
+    """
+    xa, xb = _values(a, "a"), _values(b, "b")
+    if xa.size != xb.size:
+        raise ValueError(f"a has {xa.size} values and b {xb.size}: pairs need equal lengths")
+
+    def stat(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean(x - y, axis=axis)
+
+    exact = xa.size <= 16
+    res = _st.permutation_test(
+        (xa, xb),
+        stat,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf if exact else n_resamples,
+        **_rng_kwargs(seed, _st.permutation_test),
+    )
+    return float(min(1.0, res.pvalue))
 
 
 def paired_difference(
@@ -420,7 +457,9 @@ def paired_difference(
     bootstrap CI of the paired differences (pairing removes the seed-to-seed variation both
     configs share, e.g. the same initial accuracy). Wins/ties/losses count ``d_i > 0``,
     ``= 0``, ``< 0``. The verdict follows the rule in :class:`PairedDifference`, in this
-    order: too few pairs, CI covers zero, ``|mean(d)| < min_effect``, else the higher label.
+    order: too few pairs, CI covers zero, sign-flip ``p >= 1 - confidence``
+    (:func:`sign_flip_p_value`: a bootstrap CI of 2-5 values is too narrow and can exclude
+    zero when no test could), ``|mean(d)| < min_effect``, else the higher label.
     """
     if not (isinstance(min_effect, (int, float)) and min_effect >= 0):
         raise ValueError(f"min_effect must be a number >= 0, got {min_effect!r}")
@@ -442,10 +481,16 @@ def paired_difference(
     d = xa - xb
     est = mean_ci(d, confidence, seed, method, n_resamples)
     level = f"{100 * confidence:g}%"
+    p = sign_flip_p_value(xa, xb, seed, n_resamples) if xa.size > 1 else math.nan
     if not est.has_ci:
         verdict = f"too few pairs (n={est.n}) for a CI"
     elif est.covers(0.0):
         verdict = f"indistinguishable at {level}"
+    elif p >= 1 - confidence - 1e-12:
+        verdict = (
+            f"indistinguishable at {level} (the bootstrap CI excludes 0, but the exact "
+            f"sign-flip test gives p={p:.3g} with {est.n} pairs)"
+        )
     elif abs(est.mean) < min_effect:
         verdict = (
             f"negligible: |{est.mean:+.3g}| < min_effect {min_effect:g} "
@@ -454,5 +499,6 @@ def paired_difference(
     else:
         verdict = f"{labels[0] if est.mean > 0 else labels[1]} higher at {level}"
     return PairedDifference(
-        est, int((d > 0).sum()), int((d == 0).sum()), int((d < 0).sum()), float(min_effect), verdict
-    )
+        est, int((d > 0).sum()), int((d == 0).sum()), int((d < 0).sum()), float(min_effect),
+        verdict, p,
+    )  # fmt: skip

@@ -16,6 +16,7 @@ from marti_env.stats import (
     paired_difference,
     probability_of_improvement,
     probability_of_improvement_ci,
+    sign_flip_p_value,
     wilson_interval,
 )
 from tests.conftest import REPO
@@ -205,6 +206,7 @@ def test_paired_difference_significant_and_negligible():
     b = [x - d for x, d in zip(a, [0.1, 0.1, 0.2, 0.1, 0.2, 0.1, 0.2, 0.1], strict=True)]
     # every d >= 0.1, so every resampled mean is >= 0.1: the CI excludes 0
     p = paired_difference(a, b, labels=("debate", "single"))
+    assert p.p_value == pytest.approx(2 / 256)  # all 8 positive
     assert p.difference.mean == pytest.approx(0.1375)
     assert p.difference.low >= 0.1 - 1e-12
     assert p.verdict == "debate higher at 95%"
@@ -213,6 +215,30 @@ def test_paired_difference_significant_and_negligible():
     assert small.verdict.startswith("negligible: |+0.13")
     assert small.verdict.endswith("< min_effect 0.2 (though the 95% CI excludes 0)")
     assert p.format().endswith("8/0/0  debate higher at 95%")
+
+
+def test_sign_flip_p_values_by_hand():
+    # n=5, all d > 0 and distinct: of the 2^5 = 32 sign patterns only all-plus and
+    # all-minus reach |mean| >= the observed one -> p = 2/32
+    assert sign_flip_p_value([1.1, 1.2, 1.3, 1.4, 1.5], [1.0] * 5) == pytest.approx(2 / 32)
+    # one tie (d = 0): its sign changes nothing, so 4 of the 32 patterns reach it -> 4/32
+    assert sign_flip_p_value([1.1, 1.2, 1.0, 1.4, 1.5], [1.0] * 5) == pytest.approx(4 / 32)
+    # n=8 all positive: 2/256
+    assert sign_flip_p_value([2.0] * 8, [1.0] * 8) == pytest.approx(2 / 256)
+    # d = [+1, -1]: patterns give means 0, 0, +1, -1, all |.| >= 0 -> p = 1
+    assert sign_flip_p_value([1.0, 0.0], [0.0, 1.0]) == 1.0
+
+
+def test_few_pairs_are_not_called_significant_by_a_narrow_bootstrap():
+    # d = [0.1, 0.2]: the bootstrap CI is [0.1, 0.2] (resample means 0.1, 0.15, 0.2) and
+    # excludes 0, but two pairs cannot show anything: sign-flip p = 2/4 = 0.5
+    p = paired_difference([0.3, 0.4], [0.2, 0.2], method="percentile")
+    assert (p.difference.low, p.difference.high) == pytest.approx((0.1, 0.2))
+    assert p.p_value == 0.5
+    assert p.verdict == (
+        "indistinguishable at 95% (the bootstrap CI excludes 0, but the exact sign-flip "
+        "test gives p=0.5 with 2 pairs)"
+    )
 
 
 def test_paired_difference_by_seed_mapping():
@@ -233,13 +259,17 @@ def test_the_docs_page_shows_what_the_functions_return():
     page = (REPO / "docs" / "evidence.md").read_text(encoding="utf-8")
     debate = {0: 0.32, 1: 0.36, 2: 0.30, 3: 0.35, 4: 0.33}
     single = {0: 0.28, 1: 0.31, 2: 0.30, 3: 0.30, 4: 0.29}
+    more = {s: v + 0.03 for s, v in enumerate([0.31, 0.33, 0.29, 0.32, 0.30] * 2)}
+    base = dict(enumerate([0.28, 0.31, 0.27, 0.30, 0.29, 0.30, 0.28, 0.30, 0.26, 0.31]))
     shown = [
         wilson_interval(30, 100).format(1, 100),
         wilson_interval(300, 1000).format(1, 100),
         mean_ci([0.31, 0.36, 0.30, 0.33, 0.29], seed=0).format(),
         paired_difference(debate, single, labels=("debate", "single")).format(1, 100),
-        paired_difference(debate, single, min_effect=0.05).verdict,
+        paired_difference(more, base, labels=("debate", "single")).format(1, 100),
+        paired_difference(more, base, min_effect=0.06).verdict,
     ]
     assert shown[0] == "30.0 [21.9, 39.6]" and shown[1] == "30.0 [27.2, 32.9]"
+    flat = " ".join(line.lstrip("# ").strip() for line in page.splitlines())
     for text in shown:
-        assert text in page, text
+        assert text in flat, text
