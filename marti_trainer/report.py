@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,7 +188,10 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
         raise ValueError(f"{cfg_path}: invalid YAML: {e}") from None
     if not isinstance(config, dict) or not isinstance(config.get("seed"), int):
         raise ValueError(f"{cfg_path}: not a run config (a mapping with an integer 'seed')")
-    flat = _flat(config)
+    # a Python object given in code (a reward function) was saved as its repr, whose memory
+    # address differs between processes: without it, the seeds of one config group together
+    flat = {k: re.sub(r" at 0x[0-9a-fA-F]+", "", v) if isinstance(v, str) else v
+            for k, v in _flat(config).items()}  # fmt: skip
     history = _read_jsonl(run_dir / "metrics.jsonl", sources)
     finished = (run_dir / "summary.json").is_file()
     if finished:

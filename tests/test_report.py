@@ -235,3 +235,16 @@ def test_summary_block_in_a_readme_is_generated_and_checked(sweep, tmp_path, mon
     assert check_report("docs/results.md") == [
         "README.md: its summary differs from a fresh `marti report`"
     ]
+
+
+def test_python_objects_saved_as_repr_group_across_processes(tmp_path):
+    # runs of `marti bench credit --tier llm` with a reward given in code: config.yaml holds
+    # its repr, whose address differs from one process to the next
+    for seed, address in ((0, "0x7f01"), (1, "0x7f99")):
+        run = fake_run(tmp_path / "runs", f"s{seed}", seed, "none", 0.5)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["env"]["kwargs"] = {"reward": f"<function length_reward at {address}>"}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (group,) = build_report(ReportOptions((str(tmp_path / "runs"),))).groups
+    assert [r.seed for r in group.runs] == [0, 1]
+    assert group.config["env.kwargs.reward"] == "<function length_reward>"
