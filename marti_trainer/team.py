@@ -20,7 +20,6 @@ adapters are saved and re-registered with ``add_adapter``.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import tempfile
@@ -30,13 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from marti_trainer.attention import resolve_attention
 from marti_trainer.config import DEVICE_PATTERN, TrainConfig
 from marti_trainer.engines import Engine, make_engine
-from marti_trainer.learner import LossFn, TrainBatch, score_batch
+from marti_trainer.learner import LossFn, TrainBatch, score_with
 from marti_trainer.models import resolve_model
 from marti_trainer.policies import Policy, make_policy
+from marti_trainer.policies.capabilities import GeneratesEach
 
 __all__ = ["Team", "Unit", "build_team", "make_rollout_policy", "resolve_device"]
 
@@ -107,7 +108,7 @@ class Team:
                 unit.policy.close()
 
 
-class GreedyDedup(Policy):
+class GreedyDedup(Policy, GeneratesEach):
     """Greedy decoding of a rollout's requests, each distinct prompt generated once.
 
     In a debate with one shared model the debaters see identical prompts; greedy
@@ -184,8 +185,6 @@ def load_model(
 ) -> torch.nn.Module:
     """The fp32 training (or reference) model, in eval mode, with the attention kernel
     :func:`~marti_trainer.attention.resolve_attention` picks for ``device``."""
-    from transformers import AutoModelForCausalLM
-
     model = AutoModelForCausalLM.from_pretrained(
         model_dir,
         dtype=torch.float32,
@@ -232,27 +231,8 @@ def _frozen_scorer(
     return lambda batch: score_with(model, batch, cfg)
 
 
-def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> torch.Tensor:
-    ctx = (
-        torch.autocast(next(model.parameters()).device.type, torch.bfloat16)
-        if cfg.optim.precision == "bf16"
-        else contextlib.nullcontext()
-    )
-    with ctx:
-        return score_batch(
-            model,
-            batch,
-            cfg.optim.micro_batch_tokens,
-            cfg.rollout.temperature,
-            cfg.optim.share_prompts,
-            cfg.optim.share_prefixes,
-        )
-
-
 def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: bool) -> Team:
     """Models, engines and rollout policies for ``cfg.model.sharing`` (see module docstring)."""
-    from transformers import AutoTokenizer
-
     model_dir = resolve_model(cfg.model.name)
     device = resolve_device(cfg.model.device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
@@ -300,7 +280,7 @@ def _lora_units(
     device: torch.device,
 ) -> list[Unit]:
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model  # peft is optional: LoRA runs only
     except ImportError as exc:
         raise ImportError("model.sharing=lora needs peft: pip install peft") from exc
     base = load_model(

@@ -18,22 +18,23 @@ A resumed run continues exactly: same tasks, same samples, same losses.
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import transformers
 import yaml
 
 import marti_env
 from marti_env.rewards import verifiers_of
 from marti_env.tasks import TaskSource
-from marti_trainer.algorithms import kl_estimate, masked_mean
 from marti_trainer.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -44,11 +45,12 @@ from marti_trainer.config import TrainConfig
 from marti_trainer.evaluate import heldout_rollout
 from marti_trainer.evaluate import summarize as summarize_eval
 from marti_trainer.interrupt import StopRequest
-from marti_trainer.learner import collate, make_loss_fn, sample_advantages, set_norm
+from marti_trainer.learner import make_loss_fn, update_unit
 from marti_trainer.metrics import MetricsLogger, read_metrics
+from marti_trainer.plots import plot_run
 from marti_trainer.policies import SamplingParams
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
-from marti_trainer.team import Team, Unit, build_team, score_with
+from marti_trainer.team import Team, build_team
 
 __all__ = ["TaskSampler", "evaluate_heldout", "train"]
 
@@ -141,80 +143,6 @@ def evaluate_heldout(
         out[f"eval/{key[0]}/round{key[1]}_accuracy"] = float(np.mean(scores))
     for r in sorted({t.round for t in turns}):
         out[f"eval/round{r}_accuracy"] = float(np.mean([t.score for t in turns if t.round == r]))
-    return out
-
-
-def update_unit(unit: Unit, samples: list, cfg: TrainConfig, pad_id: int, step: int) -> dict:
-    """Advantages from the unit's credited rewards, then ``updates_per_batch`` engine steps.
-
-    Returns the unit's metrics (``losses/<unit>/...``, ``optim/<unit>/...``), ``kl/<agent>``,
-    and the unit's share of the step's profile: ``time/*_s`` and ``charts/update_flops``
-    (the caller sums these over units).
-    """
-    if hasattr(unit, "remote_update"):  # a RayTeam unit: the whole update runs on its actor
-        return unit.remote_update(samples, step)
-    alg = cfg.algorithm
-    work: dict[str, float] = defaultdict(float)  # time/* and FLOPs: summed, not averaged
-    t0 = time.perf_counter()
-    batch = collate(samples, pad_id)
-    kl_metrics = {}
-    if unit.ref is not None:
-        if alg.kl_coef > 0:
-            batch.ref_logprobs = unit.ref(batch)
-        kl_metrics = reference_kl(unit, batch, samples, cfg, step)
-    t1 = time.perf_counter()
-    work["time/ref_logprobs_s"] = t1 - t0
-    batch.advantages = sample_advantages(samples, batch, alg, cfg.rollout.max_tokens)
-    if alg.updates_per_batch > 1:  # later mini-batches are off-policy: keep pre-update logprobs
-        batch.old_logprobs = score_with(unit.model, batch, cfg)
-    work["time/old_logprobs_s"] = time.perf_counter() - t1
-    order = torch.randperm(
-        batch.size, generator=torch.Generator().manual_seed(derive_seed(cfg.seed, step))
-    )
-    signal = (batch.advantages != 0).reshape(batch.size, -1).any(dim=1)
-    skip = alg.skip_zero_advantage and alg.kl_coef == 0 and alg.entropy_coef == 0
-    totals: dict[str, float] = defaultdict(float)
-    for rows in torch.tensor_split(order, alg.updates_per_batch):
-        minibatch = set_norm(batch.select(rows.tolist()), alg.aggregation)
-        if skip:  # same gradient without the zero-advantage rows (the normaliser is kept)
-            rows = rows[signal[rows]]
-            if len(rows) == 0:
-                totals["optim/skipped_steps"] += 1
-                continue
-            minibatch = replace(batch.select(rows.tolist()), norm=minibatch.norm)
-        for key, value in unit.engine.step(minibatch).items():
-            if key.startswith("time/") or key == "charts/update_flops":
-                work[key] += value
-            else:
-                totals[key] += value / alg.updates_per_batch
-        totals["charts/update_tokens"] += float(minibatch.num_tokens)
-    totals["losses/zero_advantage_frac"] = 1.0 - float(signal.float().mean())
-    named = {k.replace("/", f"/{unit.name}/", 1): v for k, v in totals.items()}
-    return {**named, **kl_metrics, **work}
-
-
-def reference_kl(unit: Unit, batch, samples: list, cfg: TrainConfig, step: int) -> dict:
-    """``kl/<agent>``: KL(current || initial policy) per agent, k3 on the sampled tokens.
-
-    The rollout's log-probs are the current policy's; the reference's come from the frozen
-    initial model: on every sample when the KL is trained (``kl_coef > 0``), else on a
-    seeded subset of ``log.ref_kl_samples`` samples per agent (a cheap estimate).
-    """
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, step, 1))
-    out = {}
-    for agent in unit.agents:
-        rows = [i for i, s in enumerate(samples) if s.agent == agent]
-        if not rows:
-            continue
-        if batch.ref_logprobs is not None:
-            ref, sub = batch.ref_logprobs[rows], batch.select(rows)
-            ref = ref[:, : sub.response_mask.shape[1]]
-        else:
-            pick = torch.randperm(len(rows), generator=gen)[: cfg.log.ref_kl_samples].tolist()
-            sub = batch.select([rows[i] for i in pick])
-            ref = unit.ref(sub)
-        kl = kl_estimate(sub.rollout_logprobs, ref, "k3")
-        out[f"kl/{agent}"] = float(masked_mean(kl, sub.response_mask))
     return out
 
 
@@ -355,7 +283,7 @@ def train(
     want_ref = cfg.algorithm.kl_coef > 0 or cfg.log.ref_kl_samples > 0
     loss_fn = make_loss_fn(cfg.algorithm, cfg.rollout.max_tokens, cfg.rollout.temperature)
     if cfg.distributed.backend == "ray":  # marti_trainer.distributed: units on Ray actors
-        from marti_trainer.distributed import build_ray_team
+        from marti_trainer.distributed import build_ray_team  # ray is optional: loaded if used
 
         team = build_ray_team(cfg, agents, loss_fn, want_ref)
     else:
@@ -433,8 +361,6 @@ def train(
     summary["checkpoint_s"] = round(sum(saves), 2)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.log.plots:
-        from marti_trainer.plots import plot_run
-
         plot_run(run_dir)
     team.close()
     return TrainResult(run_dir, summary, history, None, cfg.total_steps, checkpoint)
@@ -443,10 +369,6 @@ def train(
 def _write_run_metadata(run_dir: Path, start: int, sources: dict[str, TaskSource]) -> None:
     """``run.json``: versions, and each start (fresh or resumed) of the run with the size of
     its task sources and the data rows they skipped (``on_error: skip``)."""
-    import platform
-
-    import transformers
-
     path = run_dir / "run.json"
     meta = json.loads(path.read_text()) if start > 0 and path.is_file() else {"sessions": []}
     data = {}
@@ -519,7 +441,11 @@ def _train_step(
     work: dict[str, float] = defaultdict(float)
     for unit in team.units:
         samples = [s for s in batch.samples if s.agent in unit.agents]
-        for key, value in update_unit(unit, samples, cfg, pad_id, step).items():
+        if hasattr(unit, "remote_update"):  # a RayTeam unit: the whole update runs on its actor
+            unit_metrics = unit.remote_update(samples, step)
+        else:
+            unit_metrics = update_unit(unit, samples, cfg, pad_id, step)
+        for key, value in unit_metrics.items():
             if key.startswith("time/") or key == "charts/update_flops":
                 work[key] += value
             else:

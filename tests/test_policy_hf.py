@@ -172,7 +172,7 @@ def test_prompts_with_a_shared_prefix_prefill_it_once_and_decode_as_alone(tiny_d
     """A debate's round-1 prompts: the same long question, then different answers. The
     prefill runs the common prefix once (three levels); logits and greedy tokens are those
     of each prompt prefilled alone."""
-    from marti_trainer.policies.hf import _prefill
+    from marti_trainer.policies.hf_decode import prefill as _prefill
     from marti_trainer.prompt_tree import prompt_tree
 
     question = "A farmer has 17 sheep and buys 25 more, then sells 9. How many now? " * 2

@@ -179,7 +179,7 @@ def test_many_concurrent_requests_keep_their_order(policy):
 
 
 def test_submit_is_a_non_blocking_generate_and_rollouts_use_it(policy):
-    from marti_trainer.rollout.backends import make_driver
+    from marti_trainer.rollout.drivers import make_driver
 
     params = SamplingParams(temperature=0.8, max_tokens=6, seed=5)
     future = policy.submit(PROMPTS, params)

@@ -208,7 +208,7 @@ def test_seeded_sampling_is_reproducible(policy):
 
 
 def test_generate_each_is_one_call_with_per_request_parameters(policy):
-    from marti_trainer.rollout.backends import generate_each
+    from marti_trainer.rollout.drivers import generate_each
 
     params = [
         SamplingParams(temperature=1.0, max_tokens=6, seed=5),
@@ -227,7 +227,7 @@ def test_generate_each_is_one_call_with_per_request_parameters(policy):
 def test_continuous_driver_matches_generate_and_leaves_the_engine_free(policy):
     import threading
 
-    from marti_trainer.rollout.backends import GenerationRequest, make_driver
+    from marti_trainer.rollout.drivers import GenerationRequest, make_driver
 
     params = [SamplingParams(temperature=1.0, max_tokens=6, seed=s) for s in (1, 2, 3)]
     params.append(SamplingParams(temperature=0, max_tokens=3))

@@ -37,7 +37,7 @@ from marti_trainer.distributed.ray_policy import shards  # noqa: E402
 from marti_trainer.learner import collate, make_loss_fn, set_norm  # noqa: E402
 from marti_trainer.models import tiny_random_model  # noqa: E402
 from marti_trainer.policies import SamplingParams, make_policy  # noqa: E402
-from marti_trainer.rollout.backends import generate_each  # noqa: E402
+from marti_trainer.rollout.drivers import generate_each  # noqa: E402
 from marti_trainer.team import build_team  # noqa: E402
 
 AGENTS = ["debater_0", "debater_1"]

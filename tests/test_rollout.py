@@ -433,7 +433,7 @@ def run_continuous(policy, prompts, params, max_rows: int, one_by_one: bool):
     one submission.
     """
     from marti_trainer.policies.hf_continuous import ContinuousDriver
-    from marti_trainer.rollout.backends import GenerationRequest
+    from marti_trainer.rollout.drivers import GenerationRequest
 
     done: dict[int, Generation] = {}
     finished = threading.Event()
@@ -457,7 +457,7 @@ def run_continuous(policy, prompts, params, max_rows: int, one_by_one: bool):
 
 
 def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
-    from marti_trainer.policies.hf_continuous import hf_generate_each
+    from marti_trainer.policies.hf import hf_generate_each
 
     prompts = [
         [{"role": "user", "content": "hi " * k + "What is 2 + 2?"}] for k in (1, 9, 3, 20, 5)
@@ -484,7 +484,7 @@ def test_hf_continuous_matches_generate_request_by_request(tiny_policy):
 def test_hf_repeated_prompts_are_prefilled_once_and_sample_as_if_alone(tiny_policy):
     """A group's episodes send the same prompt: one prefill serves them all, and every row
     still samples from its own seeded stream, as it would alone."""
-    from marti_trainer.policies.hf_continuous import hf_generate_each
+    from marti_trainer.policies.hf import hf_generate_each
 
     a = [{"role": "user", "content": "What is 2 + 2?"}]
     b = [{"role": "user", "content": "hi hi What is 3 + 5?"}]
@@ -517,7 +517,9 @@ def test_hf_continuous_failure_is_reported_not_hung(tiny_policy, arithmetic_task
     def boom(*args, **kwargs):
         raise RuntimeError("boom: sampling kernel failed")
 
-    monkeypatch.setattr(tiny_policy, "_sample", boom)
+    from marti_trainer.policies import hf_continuous
+
+    monkeypatch.setattr(hf_continuous, "sample_tokens", boom)  # the driver's sampling step
     with pytest.raises(RolloutError, match=r"round 0 .*boom") as info:
         rollout(
             "chain-v0", arithmetic_tasks, 1, tiny_policy, SamplingParams(max_tokens=4),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from marti_trainer.distributed.config import DistributedConfig
+from marti_trainer.config_distributed import DistributedConfig
 
 __all__ = [
     "DeadActorError",

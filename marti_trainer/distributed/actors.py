@@ -3,7 +3,7 @@
 :class:`TrainerActor` holds the trained units of one group of agents, built in the actor's
 own process with :func:`marti_trainer.team.build_team` (so the model, engine, reference
 scorer and LoRA adapters are exactly a local run's), and runs
-:func:`marti_trainer.train.update_unit` next to the weights: only the rollout samples travel
+:func:`marti_trainer.learner.update_unit` next to the weights: only the rollout samples travel
 in, only metrics travel out. :class:`RolloutWorker` holds one rollout :class:`Policy` per
 policy key (``hf`` or ``vllm``, built like the local team's) and serves ``generate`` /
 ``generate_each`` and weight updates.
@@ -23,20 +23,22 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
-    from marti_trainer.config import TrainConfig
-    from marti_trainer.learner import LossFn, TrainBatch
-    from marti_trainer.policies import Generation, Message, Policy, SamplingParams
+from marti_trainer.config import TrainConfig
+from marti_trainer.learner import LossFn, TrainBatch, update_unit
+from marti_trainer.models import resolve_model
+from marti_trainer.policies import Generation, Message, Policy, SamplingParams
+from marti_trainer.rollout.drivers import generate_each
+from marti_trainer.team import build_team, make_rollout_policy, resolve_device
 
 __all__ = ["RolloutWorker", "TrainerActor", "WeightUpdate"]
 
 
 def _node_id() -> str:
-    import ray
+    import ray  # ray is optional: imported only inside an actor
 
     return ray.get_runtime_context().get_node_id()
 
@@ -78,10 +80,6 @@ class TrainerActor:
         want_ref: bool,
         colocated: bool = False,
     ) -> None:
-        import torch
-
-        from marti_trainer.team import build_team
-
         torch.manual_seed(cfg.seed)  # as train() does before build_team (LoRA init)
         build_cfg = cfg
         if not colocated:
@@ -112,9 +110,7 @@ class TrainerActor:
 
     # ------------------------------------------------------------------ training
     def update(self, unit: str, samples: list, step: int) -> dict[str, float]:
-        """:func:`marti_trainer.train.update_unit` on ``unit`` (advantages, ref, steps)."""
-        from marti_trainer.train import update_unit
-
+        """:func:`marti_trainer.learner.update_unit` on ``unit`` (advantages, ref, steps)."""
         return update_unit(self.units[unit], samples, self.cfg, self.pad_id, step)
 
     def train_step(self, unit: str, batch: TrainBatch) -> dict[str, float]:
@@ -141,8 +137,6 @@ class TrainerActor:
     def export_weights(self, unit: str, dtype: str | None = None) -> WeightUpdate:
         """What a rollout worker needs to match ``unit``: tensors (cast to ``dtype``, e.g. the
         rollout's ``"bfloat16"``, to halve the transfer) or the LoRA adapter's files."""
-        import torch
-
         u = self.units[unit]
         if u.adapter is None:
             cast = getattr(torch, dtype) if dtype else None
@@ -177,8 +171,6 @@ class TrainerActor:
         adapter: str | None,
         key: str,
     ) -> list[Generation]:
-        from marti_trainer.rollout.backends import generate_each
-
         return generate_each(self.units[key].policy, prompts, params, adapter)
 
     def close(self) -> None:
@@ -196,9 +188,6 @@ class RolloutWorker:
     """
 
     def __init__(self, cfg: TrainConfig, keys: Sequence[str], shared: bool = False) -> None:
-        from marti_trainer.models import resolve_model
-        from marti_trainer.team import make_rollout_policy, resolve_device
-
         model_dir = resolve_model(cfg.model.name)
         # Ray hides the GPUs it did not give this actor (CUDA_VISIBLE_DEVICES), so "auto"
         # is cuda exactly when the worker reserved a GPU.
@@ -239,8 +228,6 @@ class RolloutWorker:
         adapter: str | None,
         key: str,
     ) -> list[Generation]:
-        from marti_trainer.rollout.backends import generate_each
-
         return generate_each(self.policies[key], prompts, params, adapter)
 
     def load_weights(self, key: str, update: WeightUpdate | Mapping[str, Any] | str) -> None:

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from marti_trainer.distributed.config import DistributedConfig
+from marti_trainer.config_distributed import DistributedConfig
 
 __all__ = ["Placement", "init_ray", "make_placement_group", "shutdown_ray"]
 
@@ -30,6 +30,7 @@ def init_ray(cfg: DistributedConfig) -> bool:
     is and False is returned, so :func:`shutdown_ray` leaves it running.
     """
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # ray is optional: imported on use
     import ray
 
     if ray.is_initialized():
@@ -45,6 +46,7 @@ def init_ray(cfg: DistributedConfig) -> bool:
 
 def shutdown_ray(started: bool) -> None:
     """Stop Ray if :func:`init_ray` started it (``started``); otherwise leave it running."""
+    # ray is optional: imported on use
     import ray
 
     if started and ray.is_initialized():
@@ -65,6 +67,7 @@ class Placement:
 
     def options(self, bundle: int, cpus: float, gpus: float) -> dict[str, Any]:
         """``.options(...)`` that place an actor on ``bundle`` with those resources."""
+        # ray is optional: imported on use
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return {
@@ -76,6 +79,7 @@ class Placement:
         }
 
     def remove(self) -> None:
+        # ray is optional: imported on use
         from ray.util.placement_group import remove_placement_group
 
         remove_placement_group(self.group)
@@ -99,6 +103,7 @@ def make_placement_group(cfg: DistributedConfig, trainers: int) -> Placement:
         RuntimeError: the request exceeds a local cluster, or was not placed within
             ``cfg.placement_timeout_s``; the message names the request and the cluster.
     """
+    # ray is optional: imported on use
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 

@@ -35,6 +35,7 @@ from marti_trainer.policies.base import (
     SamplingParams,
     validate_prompts,
 )
+from marti_trainer.policies.capabilities import GeneratesEach
 
 __all__ = ["RayPolicy", "shards"]
 
@@ -46,7 +47,7 @@ def shards(n: int, k: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
-class RayPolicy(Policy):
+class RayPolicy(Policy, GeneratesEach):
     """See the module docstring.
 
     Args:
@@ -118,7 +119,7 @@ class RayPolicy(Policy):
         adapter: str | None = None,
     ) -> list[Generation]:
         """One completion per prompt with its own parameters (see
-        :func:`marti_trainer.rollout.backends.generate_each`), sharded over the actors."""
+        :func:`marti_trainer.rollout.drivers.generate_each`), sharded over the actors."""
         self._check_open()
         if len(prompts) != len(params):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} SamplingParams")

@@ -5,7 +5,7 @@ and an ``engine`` whose ``step`` / ``weights`` / ``load_weights`` / ``state_dict
 ``load_state_dict`` / ``save`` run on the unit's trainer actor), ``unit_of``,
 ``rollout_policies`` (one :class:`RayPolicy` per rollout model), ``sync``, ``tokenizer`` and
 ``close``. A :class:`RemoteUnit` has no local ``model`` or ``ref``:
-:func:`marti_trainer.train.update_unit` hands it to :meth:`RemoteUnit.remote_update`, which
+:func:`marti_trainer.learner.update_unit` hands it to :meth:`RemoteUnit.remote_update`, which
 runs the whole update (reference log-probs, advantages, mini-batch steps) on the actor.
 :meth:`RayTeam.update` updates every unit at once, each on its own actor.
 
@@ -27,10 +27,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
+import torch
+from transformers import AutoTokenizer
 
+from marti_trainer.config import TrainConfig
 from marti_trainer.distributed.actors import RolloutWorker, TrainerActor
 from marti_trainer.distributed.errors import DeadActorError, get
 from marti_trainer.distributed.ray_cluster import (
@@ -40,12 +43,9 @@ from marti_trainer.distributed.ray_cluster import (
     shutdown_ray,
 )
 from marti_trainer.distributed.ray_policy import RayPolicy
-
-if TYPE_CHECKING:
-    import torch
-
-    from marti_trainer.config import TrainConfig
-    from marti_trainer.learner import LossFn, TrainBatch
+from marti_trainer.learner import LossFn, TrainBatch
+from marti_trainer.models import resolve_model
+from marti_trainer.team import GreedyDedup
 
 __all__ = ["RayTeam", "RemoteEngine", "RemoteUnit", "build_ray_team"]
 
@@ -97,7 +97,7 @@ class RemoteUnit:
     in_place: bool = False
 
     def remote_update(self, samples: list, step: int) -> dict[str, float]:
-        """:func:`marti_trainer.train.update_unit` for this unit, run on its actor."""
+        """:func:`marti_trainer.learner.update_unit` for this unit, run on its actor."""
         return get(self.start_update(samples, step), "trainer", self.name, self.agents)
 
     def start_update(self, samples: list, step: int) -> Any:
@@ -134,8 +134,6 @@ class RayTeam:
         """
         wrapped: dict[str, Any] = {}
         if greedy_dedup:
-            from marti_trainer.team import GreedyDedup
-
             wrapped = {key: GreedyDedup(p) for key, p in self.policies.items()}
         out: dict[str, Any] = {}
         for u in self.units:
@@ -146,7 +144,7 @@ class RayTeam:
 
     # ------------------------------------------------------------------ updates
     def update(self, samples: Sequence, step: int) -> dict[str, float]:
-        """Every unit's :func:`~marti_trainer.train.update_unit` at once (each on its actor,
+        """Every unit's :func:`~marti_trainer.learner.update_unit` at once (each on its actor,
         on its agents' samples), then :meth:`sync` of each; the merged metrics."""
         started = [
             (u, u.start_update([s for s in samples if s.agent in u.agents], step))
@@ -220,10 +218,6 @@ def build_ray_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_re
         DeadActorError: an actor failed to start (``during_start``; the cause is in the
             message, e.g. a model missing on that node).
     """
-    from transformers import AutoTokenizer
-
-    from marti_trainer.models import resolve_model
-
     d = cfg.distributed
     started = init_ray(d)
     actors: list[Any] = []

@@ -194,7 +194,16 @@ class Policy(ABC):
     Backends: ``hf`` (:class:`marti_trainer.policies.hf.HFPolicy`), ``vllm`` and ``openai``.
     Build one with :func:`make_policy`. A policy is also a context manager that calls
     :meth:`close` on exit.
+
+    Optional abilities are declared, not probed: ``concurrent_requests`` below, and the
+    protocols of :mod:`marti_trainer.policies.capabilities` (``submit``,
+    ``generate_each``, ``continuous_driver``) that a backend implements and lists among its
+    bases; the rollout picks its driver from them.
     """
+
+    concurrent_requests: bool = False
+    """True if the backend serves many concurrent ``generate`` calls itself (a server, a
+    simulator): a rollout then sends each request on its own (the ``concurrent`` driver)."""
 
     @abstractmethod
     def generate(

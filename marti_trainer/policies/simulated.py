@@ -49,7 +49,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +62,7 @@ from marti_trainer.policies.base import (
     SamplingParams,
     validate_prompts,
 )
+from marti_trainer.policies.capabilities import SubmitsRequests
 
 __all__ = ["SMOLLM2_RESPONSE_LENGTHS", "SimulatedPolicy", "arithmetic_answer"]
 
@@ -143,7 +144,7 @@ class _PlaceholderTokenizer:
         return 256
 
 
-class SimulatedPolicy(Policy):
+class SimulatedPolicy(Policy, SubmitsRequests):
     """A timing-faithful stand-in for a serving engine; see the module docstring.
 
     Args:
@@ -164,7 +165,7 @@ class SimulatedPolicy(Policy):
     :meth:`generate` and the rollout engine both go through), not ``generate``.
     """
 
-    concurrent_requests: ClassVar[bool] = True
+    concurrent_requests = True
     """Serves concurrent ``generate`` calls (the rollout engine submits requests one by one)."""
 
     def __init__(

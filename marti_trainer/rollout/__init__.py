@@ -4,11 +4,11 @@
 >>> batch = rollout("mad-v0", tasks, n_samples=4, policies=policy, mode="async")  # doctest: +SKIP
 
 See :mod:`marti_trainer.rollout.engine` for the model of concurrency and
-:mod:`marti_trainer.rollout.backends` for how requests reach each backend. Importing this
+:mod:`marti_trainer.rollout.drivers` for how requests reach each backend. Importing this
 package does not import torch.
 """
 
-from marti_trainer.rollout.backends import (
+from marti_trainer.rollout.drivers import (
     DRIVER_KINDS,
     GenerationRequest,
     generate_each,

@@ -11,7 +11,7 @@ One *scheduler* (the calling thread) owns every env: it resets them, turns each 
 of each running episode into a request (the env's observation *is* the chat prompt), and
 steps an episode when all of its round's generations have returned. Env work (including
 answer verification) therefore always runs on the calling thread. Generation runs in
-*drivers* (:mod:`marti_trainer.rollout.backends`), one per distinct policy object, each in
+*drivers* (:mod:`marti_trainer.rollout.drivers`), one per distinct policy object, each in
 its own thread(s) or behind the backend's own futures; results come back through one
 queue. At most ``max_concurrency`` requests are in flight (handed to a driver and not yet
 returned) at any time, over all drivers; the others wait in a queue served **lowest round
@@ -73,7 +73,7 @@ from marti_env.env import WorkflowEnv
 from marti_env.record import EpisodeRecord
 from marti_env.tasks import ListTasks, Task, TaskSource
 from marti_trainer.policies.base import Generation, Message, Policy, SamplingParams
-from marti_trainer.rollout.backends import (
+from marti_trainer.rollout.drivers import (
     DRIVER_KINDS,
     Driver,
     DriverKind,
@@ -194,7 +194,7 @@ def rollout(
         request_timeout_s: Fail when a request has been in flight longer than this (seconds;
             queueing inside the backend included). None waits forever.
         driver: How requests reach each policy (``"auto"``, ``"concurrent"``,
-            ``"continuous"``, ``"batch"``); see :mod:`marti_trainer.rollout.backends`.
+            ``"continuous"``, ``"batch"``); see :mod:`marti_trainer.rollout.drivers`.
 
     Returns:
         The samples (sorted by episode, then turn), the episode records (``episodes[e]`` is
@@ -621,6 +621,7 @@ def _progress_bar(total: int, desc: str, enabled: bool) -> Any:
     if not enabled:
         return None
     try:
+        # tqdm is optional here: no bar without it
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is part of marti[train]; run without a bar otherwise
         return None

@@ -1,28 +1,32 @@
-"""How rollout requests reach a :class:`~marti_trainer.policies.Policy`: the drivers.
+"""The rollout's drivers: how generation requests reach a policy, and which driver serves it.
 
-A rollout turns every active agent of every running episode into a :class:`GenerationRequest` (chat
-messages, sampling parameters with a per-request seed, adapter). A *driver* owns one policy
-object and serves requests asynchronously: ``submit`` returns at once and the driver calls
-``on_done(request, generation, error)`` from its own thread when the request finished. The
-rollout engine keeps at most ``max_concurrency`` requests submitted and not yet done, over
-all drivers; a driver needs no limit of its own.
+A rollout turns every active agent of every running episode into a
+:class:`~marti_trainer.policies.capabilities.GenerationRequest` (chat messages, sampling
+parameters with a per-request seed, adapter). A *driver* owns one policy object and serves
+requests asynchronously: ``submit`` returns at once and the driver calls ``on_done(request,
+generation, error)`` from its own thread when the request finished. The rollout engine keeps
+at most ``max_concurrency`` requests submitted and not yet done, over all drivers; a driver
+needs no limit of its own.
 
-Drivers (chosen per policy by :func:`make_driver`; ``kind="auto"`` picks the first that fits):
+Drivers (chosen per policy by :func:`make_driver` from the abilities the policy declares,
+:mod:`marti_trainer.policies.capabilities`; ``kind="auto"`` picks the first that fits):
 
 ``concurrent``
     For backends that serve concurrent calls themselves (a server behind the ``openai``
-    backend, :class:`~marti_trainer.policies.simulated.SimulatedPolicy`; they set the class
-    attribute ``concurrent_requests = True``). Each request is its own ``generate`` call,
-    made on a thread of a pool, or without threads through the policy's ``submit`` (a
-    non-blocking ``generate`` returning a future) when it has one; the backend batches
-    whatever is in flight (vLLM's continuous batching), so a request's result returns as
-    soon as *it* is done.
+    backend, :class:`~marti_trainer.policies.simulated.SimulatedPolicy`; they set
+    ``concurrent_requests = True``). Each request is its own ``generate`` call, made on a
+    thread of a pool, or without threads through the policy's ``submit``
+    (:class:`~marti_trainer.policies.capabilities.SubmitsRequests`) when it has one; the
+    backend batches whatever is in flight (vLLM's continuous batching), so a request's
+    result returns as soon as *it* is done.
 ``continuous``
-    For backends that bring their own iteration-level batching driver through a
-    ``continuous_driver(on_done, max_rows)`` method: :class:`~marti_trainer.policies.hf.HFPolicy`
-    (:class:`~marti_trainer.policies.hf_continuous.ContinuousDriver`, one worker thread).
-    New requests join the running decode batch at the next token step and a finished row
-    leaves it (and returns) at once, so short responses never wait for long ones.
+    For backends that bring their own iteration-level batching driver
+    (:class:`~marti_trainer.policies.capabilities.ContinuousBatching`):
+    :class:`~marti_trainer.policies.hf.HFPolicy`
+    (:class:`~marti_trainer.policies.hf_continuous.ContinuousDriver`, one worker thread) and
+    :class:`~marti_trainer.policies.vllm.VLLMPolicy`. New requests join the running decode
+    batch at the next token step and a finished row leaves it (and returns) at once, so
+    short responses never wait for long ones.
 ``batch``
     Any policy: one worker thread takes *everything* pending whenever it is free and runs
     one batched call per (adapter, sampling parameters up to the seed) with
@@ -32,9 +36,10 @@ Drivers (chosen per policy by :func:`make_driver`; ``kind="auto"`` picks the fir
 Per-request seeds: ``Policy.generate`` takes one ``SamplingParams`` per call, but results
 must not depend on which requests share a call, so every request carries its own seed.
 :func:`generate_each` runs a list of requests with their own parameters in as few calls as
-possible: natively if the policy has a ``generate_each`` method (``HFPolicy`` has one: its
-per-row random streams and budgets let requests that differ by seed and ``max_tokens``
-share one batched decode), else one ``generate`` call per distinct parameter set.
+possible: natively if the policy is
+:class:`~marti_trainer.policies.capabilities.GeneratesEach` (``HFPolicy``: its per-row
+random streams and budgets let requests that differ by seed and ``max_tokens`` share one
+batched decode), else one ``generate`` call per distinct parameter set.
 """
 
 from __future__ import annotations
@@ -42,26 +47,32 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from abc import ABC, abstractmethod
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from marti_trainer.policies.base import (
     Generation,
     Message,
     Policy,
-    PolicyError,
     SamplingParams,
     run_grouped,
 )
+from marti_trainer.policies.capabilities import (
+    ContinuousBatching,
+    DoneCallback,
+    Driver,
+    GeneratesEach,
+    GenerationRequest,
+    SubmitsRequests,
+)
+from marti_trainer.policies.worker_driver import WorkerDriver
 
 __all__ = [
     "DRIVER_KINDS",
     "BatchDriver",
     "ConcurrentDriver",
+    "DoneCallback",
     "Driver",
     "DriverKind",
     "GenerationRequest",
@@ -72,29 +83,6 @@ __all__ = [
 
 DriverKind = Literal["auto", "concurrent", "continuous", "batch"]
 DRIVER_KINDS: tuple[str, ...] = ("auto", "concurrent", "continuous", "batch")
-
-
-@dataclass(eq=False)
-class GenerationRequest:
-    """One generation request of a rollout.
-
-    Attributes:
-        messages: The chat prompt.
-        params: Sampling parameters; ``n == 1`` and ``seed`` set per request.
-        adapter: LoRA adapter name, or None for the base weights.
-        tag: The engine's bookkeeping (which episode, agent and round); drivers ignore it.
-        submitted_at: ``time.perf_counter()`` when it was handed to a driver.
-    """
-
-    messages: tuple[Message, ...]
-    params: SamplingParams
-    adapter: str | None
-    tag: Any = None
-    submitted_at: float = field(default=0.0, compare=False)
-
-
-DoneCallback = Callable[[GenerationRequest, Generation | None, BaseException | None], None]
-"""``on_done(request, generation, error)``: exactly one of generation / error is None."""
 
 
 def _batch_key(request: GenerationRequest) -> tuple[str | None, SamplingParams]:
@@ -112,8 +100,9 @@ def generate_each(
 
     ``result[i]`` equals ``policy.generate([prompts[i]], params[i], adapter)[0][0]`` (up to
     the floating-point effect of batching, see the backend's docs), in as few calls as the
-    backend allows: the policy's own ``generate_each`` if it has one (``HFPolicy``),
-    else one ``generate`` call per distinct ``SamplingParams``.
+    backend allows: the policy's own ``generate_each`` if it declares one
+    (:class:`~marti_trainer.policies.capabilities.GeneratesEach`), else one ``generate``
+    call per distinct ``SamplingParams``.
 
     Raises:
         ValueError: lengths differ or some ``params[i].n != 1``.
@@ -125,9 +114,8 @@ def generate_each(
         raise ValueError("generate_each samples one completion per prompt: use n=1")
     if not prompts:
         return []
-    native = getattr(policy, "generate_each", None)
-    if callable(native):
-        return list(native(prompts, params, adapter))
+    if isinstance(policy, GeneratesEach):
+        return list(policy.generate_each(prompts, params, adapter))
 
     def run(sub_prompts: list, sub_params: list[SamplingParams]) -> list[Generation]:
         return [g[0] for g in policy.generate(sub_prompts, sub_params[0], adapter)]
@@ -135,106 +123,11 @@ def generate_each(
     return run_grouped(prompts, params, lambda p: p, run)
 
 
-class Driver(ABC):
-    """Serves requests for one policy in the background (see the module docstring)."""
-
-    kind: str
-
-    def __init__(self, policy: Policy, on_done: DoneCallback) -> None:
-        self.policy = policy
-        self.on_done = on_done
-
-    @abstractmethod
-    def submit(self, requests: Sequence[GenerationRequest]) -> None:
-        """Start serving ``requests`` (returns at once)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Stop: drop requests not started; a call already inside the backend may finish
-        in the background but its result is discarded. Idempotent."""
-
-
-class WorkerDriver(Driver):
-    """A driver that serves requests in its own worker thread (the continuous drivers).
-
-    The shared skeleton: :meth:`submit` queues requests in ``_pending`` (a deque) under
-    ``_cond`` and wakes the worker; :meth:`close` stops it after its current step and joins
-    it (so the backend is free on return). If the worker raises, every request it held and
-    every pending or later one fails with a :class:`PolicyError` naming the crash: no
-    request is left unanswered. Subclasses set ``crash_message``, call :meth:`_start` at the
-    end of ``__init__`` and implement :meth:`_serve` (the loop; it returns once ``_closed``),
-    :meth:`_in_progress` and, if needed, :meth:`_stopped`.
-    """
-
-    crash_message = "rollout driver crashed"
-    join_timeout_s = 120.0  # close() waits at most this long for a step in progress
-
-    def __init__(self, policy: Policy, on_done: DoneCallback) -> None:
-        super().__init__(policy, on_done)
-        self._pending: deque[GenerationRequest] = deque()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._crash: PolicyError | None = None  # set if the worker died: fails later requests
-        self._thread: threading.Thread | None = None
-
-    def _start(self, name: str) -> None:
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, requests: Sequence[GenerationRequest]) -> None:
-        with self._cond:
-            crash = self._crash
-            if crash is None:
-                self._pending.extend(requests)
-                self._cond.notify()
-        if crash is not None:
-            self._fail(requests, crash)
-
-    def close(self) -> None:
-        """Stop after the current step (joined, so the backend is free on return)."""
-        with self._cond:
-            self._closed = True
-            self._pending.clear()
-            self._cond.notify_all()
-        if self._thread is not None and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=self.join_timeout_s)
-
-    def _loop(self) -> None:
-        try:
-            self._serve()
-        except BaseException as exc:  # never leave a request unanswered
-            error = PolicyError(f"{self.crash_message}: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            with self._cond:
-                stranded = [*self._in_progress(), *self._pending]
-                self._pending.clear()
-                self._crash = error
-            self._fail(stranded, error)
-        finally:
-            self._stopped()
-
-    @abstractmethod
-    def _serve(self) -> None:
-        """The worker's loop: serve ``_pending``; return once ``_closed`` is set."""
-
-    @abstractmethod
-    def _in_progress(self) -> list[GenerationRequest]:
-        """Requests taken from ``_pending`` and not yet reported (failed on a crash)."""
-
-    def _stopped(self) -> None:
-        """Called in the worker when it ends, however it ends (free backend state)."""
-
-    def _fail(self, requests: Sequence[GenerationRequest], error: BaseException) -> None:
-        if not self._closed:
-            for request in requests:
-                self.on_done(request, None, error)
-
-
 class ConcurrentDriver(Driver):
     """One ``generate`` call per request, all of them in flight at once.
 
-    If the policy has ``submit(prompts, params, adapter) -> concurrent.futures.Future``
-    (the non-blocking ``generate``, e.g. :class:`SimulatedPolicy`), requests are submitted
+    If the policy is :class:`~marti_trainer.policies.capabilities.SubmitsRequests` (a
+    non-blocking ``generate``, e.g. :class:`SimulatedPolicy`), requests are submitted
     from the caller's thread and complete through the future's callback: no thread per
     request. Otherwise each call runs on a pool of ``max_workers`` threads.
     """
@@ -243,8 +136,7 @@ class ConcurrentDriver(Driver):
 
     def __init__(self, policy: Policy, on_done: DoneCallback, max_workers: int) -> None:
         super().__init__(policy, on_done)
-        native = getattr(policy, "submit", None)
-        self._native = native if callable(native) else None
+        self._native = policy.submit if isinstance(policy, SubmitsRequests) else None
         self._pool = (
             None
             if self._native
@@ -355,7 +247,8 @@ def make_driver(
 
     Args:
         kind: ``"auto"`` (``concurrent`` if the policy sets ``concurrent_requests``,
-            ``continuous`` if it has ``continuous_driver``, else ``batch``) or a driver name.
+            ``continuous`` if it is :class:`ContinuousBatching`, else ``batch``) or a
+            driver name.
         policy: The backend.
         on_done: Called from the driver's thread when a request finished.
         max_concurrency: The rollout's bound on requests in flight (sizes thread pools and
@@ -366,21 +259,21 @@ def make_driver(
     """
     if kind not in DRIVER_KINDS:
         raise ValueError(f"driver must be one of {DRIVER_KINDS}, got {kind!r}")
-    continuous = getattr(policy, "continuous_driver", None)
+    continuous = isinstance(policy, ContinuousBatching)
     if kind == "auto":
-        if getattr(policy, "concurrent_requests", False):
+        if policy.concurrent_requests:
             kind = "concurrent"
-        elif callable(continuous):
+        elif continuous:
             kind = "continuous"
         else:
             kind = "batch"
     if kind == "concurrent":
         return ConcurrentDriver(policy, on_done, max_concurrency)
     if kind == "continuous":
-        if not callable(continuous):
+        if not isinstance(policy, ContinuousBatching):
             raise ValueError(
                 f"driver='continuous' needs a policy with its own continuous batching (the hf "
                 f"backend), got {type(policy).__name__}; use 'batch' or 'concurrent'"
             )
-        return continuous(on_done, max_concurrency)
+        return policy.continuous_driver(on_done, max_concurrency)
     return BatchDriver(policy, on_done)
