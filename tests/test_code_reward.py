@@ -8,9 +8,10 @@ import pytest
 from pettingzoo.test import parallel_api_test
 
 import marti_env
+from marti_env.code_prompts import code_prompts
 from marti_env.rewards import AnswerRule, CodeReward, make_reward, reward_params
 from marti_env.tasks import Task
-from marti_env.tasks.code import CodeTask, code_prompts
+from marti_env.tasks.code import CodeTask
 
 TASK = CodeTask(
     id="double",

@@ -8,12 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
+from marti_env.code_prompts import code_prompts
 from marti_env.sandbox import Job, Sandbox, SandboxLimits, SandboxWarning
 from marti_env.tasks import TaskDataError, make_task_source
 from marti_env.tasks.code import (
     MAX_PROGRAM_CHARS,
     CodeTask,
-    code_prompts,
     extract_program,
     humaneval_tasks,
     load_code_tasks,

@@ -47,7 +47,6 @@ __all__ = [
     "CODE_INSTRUCTION",
     "MAX_PROGRAM_CHARS",
     "CodeTask",
-    "code_prompts",
     "extract_program",
     "humaneval_tasks",
     "load_code_tasks",
@@ -57,11 +56,10 @@ MAX_PROGRAM_CHARS = 20_000
 """Longer programs are not extracted (scored as no answer)."""
 
 CODE_INSTRUCTION = "Write the complete Python function in a ```python code block."
-"""What :func:`code_prompts` asks for instead of a boxed answer."""
+"""What :func:`marti_env.code_prompts.code_prompts` asks for instead of a boxed answer."""
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_BOXED_INSTRUCTION = "Give the final answer in \\boxed{}."
 
 
 @dataclass(frozen=True)
@@ -335,37 +333,3 @@ def _code_row(line: str, where: str, default_id: str) -> CodeTask:
         setup=row.get("setup", ""),
         stub=row.get("stub", ""),
     )
-
-
-# -- prompts and task-source specs ------------------------------------------------------------
-
-
-def code_prompts(env_id: str) -> dict[str, Any]:
-    """The prompts of registered env ``env_id`` for code: every ``Give the final answer in
-    \\boxed{}.`` becomes :data:`CODE_INSTRUCTION` and the worked examples become one code
-    example. Pass it as ``marti_env.make(env_id, tasks=..., reward="code",
-    prompts=code_prompts(env_id))``.
-
-    Raises:
-        ValueError: an unknown env id.
-    """
-    from marti_env.registry import spec  # the registry imports the tasks: not at the top
-
-    example_user = f"Write a Python function `add_two(x)` that returns x plus 2. {CODE_INSTRUCTION}"
-    example_answer = "```python\ndef add_two(x):\n    return x + 2\n```"
-    out: dict[str, Any] = {}
-    for name, template in spec(env_id).prompts.items():
-        if name == "system" or template is None:
-            out[name] = template
-            continue
-        user = template if isinstance(template, str) else template["user"]
-        user = user.replace(_BOXED_INSTRUCTION, CODE_INSTRUCTION)
-        user = user.replace("give the final answer", "give the final program")
-        if isinstance(template, str) or not template.get("examples"):
-            out[name] = {"user": user}
-        else:
-            out[name] = {
-                "user": user,
-                "examples": [{"user": example_user, "assistant": example_answer}],
-            }
-    return out
