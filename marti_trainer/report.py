@@ -28,7 +28,8 @@ What it writes:
 * **Per run**: final accuracy with its Wilson interval over the held-out problems.
 * **Plots** (PNG next to the page): training reward and held-out accuracy against the
   step, mean over seeds with a CI band; held-out accuracy against generations (sampled
-  model calls: step x tasks_per_step x n_samples x turns per episode).
+  model calls: step x tasks_per_step x n_samples x turns per episode) and against the
+  response tokens the training rollouts generated (from ``transcripts.jsonl``).
 * **Sources**: every file read, with its SHA-256, and the arguments, so
   :func:`check_report` (``marti report --check PAGE``) regenerates the page from the same
   files and says whether it still matches.
@@ -143,6 +144,8 @@ class RunRecord:
             or None without one.
         answers: Task id -> reference answer at the final evaluation (the problem set).
         generations_per_step: Model calls sampled per training step, when known.
+        tokens: Step -> response tokens the training rollouts generated up to and including
+            that step (0 at step 0), from ``transcripts.jsonl``; empty without it.
     """
 
     path: Path
@@ -154,6 +157,7 @@ class RunRecord:
     problems: dict[str, float] | None = None
     answers: dict[str, str] | None = None
     generations_per_step: float | None = None
+    tokens: dict[int, float] = field(default_factory=dict)
 
     @property
     def final_accuracy(self) -> float | None:
@@ -207,7 +211,35 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
         final = run_dir / "eval" / f"step_{run.evals[-1][0]:06d}.jsonl"
         if final.is_file():
             _read_final_eval(run, final, sources)
+    if finished and (run_dir / "transcripts.jsonl").is_file():
+        _read_tokens(run, run_dir / "transcripts.jsonl", sources)
     return run
+
+
+def _read_tokens(run: RunRecord, path: Path, sources: _Sources) -> None:
+    """Cumulative generated tokens per step from the training transcripts: the trainer
+    appends ``tasks_per_step x n_samples`` episodes per step, in step order. Left empty
+    when the count of episodes does not match the steps (a run logged otherwise)."""
+    per_step = run.config.get("rollout.tasks_per_step"), run.config.get("rollout.n_samples")
+    steps = [s for s, _ in run.curve]
+    if not all(isinstance(x, int) for x in per_step) or steps != list(range(1, len(steps) + 1)):
+        return
+    episodes = []
+    for i, line in enumerate(sources.text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            turns = json.loads(line)["turns"]
+            episodes.append(sum(int(t["meta"]["response_tokens"]) for t in turns))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(
+                f"{path}:{i}: not an episode record with response_tokens ({e!r})"
+            ) from None
+    size = per_step[0] * per_step[1]
+    if len(episodes) != size * len(steps):
+        return
+    totals = np.cumsum(np.reshape(episodes, (len(steps), size)).sum(axis=1))
+    run.tokens = {0: 0.0, **{s: float(t) for s, t in zip(steps, totals, strict=True)}}
 
 
 def _read_jsonl(path: Path, sources: _Sources) -> list[dict[str, Any]]:
@@ -544,7 +576,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         f"![held-out accuracy against generations]({plot_stem}_generations.png)",
         "",
         "Lines: mean over seeds; bands: its bootstrap CI. Generations: sampled model calls "
-        "(step x tasks_per_step x n_samples x turns per episode).",
+        "(step x tasks_per_step x n_samples x turns per episode); tokens: response tokens "
+        "of the training rollouts (transcripts.jsonl), summed up to each evaluation.",
         "",
         "## Sources",
         "",
@@ -603,7 +636,7 @@ def _band(rows_by_seed: list[dict[float, float]], conf: float, seed: int) -> lis
 
 
 def _plot_data(groups: Sequence[Group], conf: float, seed: int) -> dict[str, Any]:
-    data: dict[str, Any] = {"reward": {}, "accuracy": {}, "generations": {}}
+    data: dict[str, Any] = {"reward": {}, "accuracy": {}, "generations": {}, "tokens": {}}
     for g in groups:
         data["reward"][g.label] = _band([dict(r.curve) for r in g.runs], conf, seed)
         data["accuracy"][g.label] = _band([dict(r.evals) for r in g.runs], conf, seed)
@@ -611,6 +644,12 @@ def _plot_data(groups: Sequence[Group], conf: float, seed: int) -> dict[str, Any
             gps = float(np.mean([r.generations_per_step for r in g.runs]))
             data["generations"][g.label] = [
                 (x * gps, m, lo, hi) for x, m, lo, hi in data["accuracy"][g.label]
+            ]
+        if all(r.tokens for r in g.runs):  # x: mean over seeds of the tokens at that step
+            data["tokens"][g.label] = [
+                (float(np.mean([r.tokens[x] for r in g.runs])), m, lo, hi)
+                for x, m, lo, hi in data["accuracy"][g.label]
+                if all(x in r.tokens for r in g.runs)
             ]
     return data
 
@@ -641,9 +680,11 @@ def _draw(plots: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
     paths.append(out_dir / f"{stem}_curves.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    panel(ax, plots["generations"], "generations (sampled model calls)", "held-out accuracy (%)",
-          "accuracy against training generations")  # fmt: skip
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panel(axes[0], plots["generations"], "generations (sampled model calls)",
+          "held-out accuracy (%)", "accuracy against training generations")  # fmt: skip
+    panel(axes[1], plots["tokens"], "generated tokens (training rollouts, mean over seeds)",
+          "held-out accuracy (%)", "accuracy against generated tokens")  # fmt: skip
     fig.tight_layout()
     paths.append(out_dir / f"{stem}_generations.png")
     fig.savefig(paths[-1], dpi=110)

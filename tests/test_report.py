@@ -248,3 +248,17 @@ def test_python_objects_saved_as_repr_group_across_processes(tmp_path):
     (group,) = build_report(ReportOptions((str(tmp_path / "runs"),))).groups
     assert [r.seed for r in group.runs] == [0, 1]
     assert group.config["env.kwargs.reward"] == "<function length_reward>"
+
+
+def test_generated_tokens_come_from_the_training_transcripts(tmp_path):
+    run = fake_run(tmp_path / "runs", "t", 0, "none", 0.5)  # 2 steps of 4 tasks x 2 samples
+    episode = {"turns": [{"meta": {"response_tokens": 3}}, {"meta": {"response_tokens": 5}}]}
+    (run / "transcripts.jsonl").write_text((json.dumps(episode) + "\n") * 16)
+    (group,) = build_report(ReportOptions((str(tmp_path / "runs"),))).groups
+    # 8 episodes per step x (3 + 5) tokens = 64 per step
+    assert group.runs[0].tokens == {0: 0.0, 1: 64.0, 2: 128.0}
+    assert "t/transcripts.jsonl" in build_report(ReportOptions((str(run),))).markdown
+    # a log that does not hold 8 episodes per step is not guessed at
+    (run / "transcripts.jsonl").write_text((json.dumps(episode) + "\n") * 15)
+    (group,) = build_report(ReportOptions((str(run),))).groups
+    assert group.runs[0].tokens == {}
