@@ -274,3 +274,40 @@ def test_training_reports_avg_and_pass_at_k_with_eval_samples(tiny_dir, tmp_path
     assert "eval/maj_at_k" in last
     records = (tmp_path / "r" / "eval" / "step_000001.jsonl").read_text().splitlines()
     assert len(records) == 3 * 2  # 3 held-out problems x 2 sampled episodes
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_noise_floor_collect_and_render(tmp_path):
+    noise = _load_benchmark("noise_floor")
+    files = []
+    for seed in (0, 1):
+        result = evaluate("single-v0", TASKS, ScriptedPolicy(), k=4, seed=SEED, progress=False)
+        result.seed = seed
+        if seed == 1:  # task t1's episode 0 right instead of wrong under the other seed
+            result.per_task[1].outcomes[0] = 1.0
+        files.append(result.write_json(tmp_path / f"s{seed}.json"))
+    data = noise.collect(files)
+    assert data["runs"][0]["outcomes"] == ["1100", "0010", "0000", "0110"]
+    assert data["runs"][1]["outcomes"][1] == "1010"
+    text = noise.render(data)
+    # one episode: seed 0 gets 1 of 4 (t0), seed 1 gets 2 of 4 (t0, t1): -25 points
+    assert "| 0 | 25.0 [" in text and "| 1 | 50.0 [" in text
+    assert "| one episode | -25.00 [" in text
+    # avg@4: (2 + 1 + 0 + 2) / 16 = 31.25% against (2 + 2 + 0 + 2) / 16 = 37.5%
+    assert "| 31.25 |" in text and "| 37.50 |" in text
+    with pytest.raises(ValueError, match="both files use seed 0"):
+        noise.collect([files[0], files[0]])
+    with pytest.raises(ValueError, match="give two"):
+        noise.collect(files[:1])
