@@ -220,6 +220,13 @@ def test_task_source_specs(tmp_path):
     gen = make_task_source({"type": "code_gen", "seed": 2, "levels": [3], "size": 7})
     assert isinstance(gen, CodeGenTasks) and len(gen) == 7 and gen.levels == (3,)
     assert isinstance(make_task_source("code_gen"), CodeGenTasks)
+    cli = make_task_source("code_gen:test:1,3")
+    assert (cli.split, cli.levels) == ("test", (1, 3))
+    assert make_task_source("code_gen:test").levels == (1, 2)
+    with pytest.raises(ValueError, match="comma-separated"):
+        make_task_source("code_gen:test:one")
+    with pytest.raises(ValueError, match="split"):
+        make_task_source("code_gen:dev")
     path = _write(tmp_path, [GOOD])
     assert make_task_source({"type": "code_file", "path": str(path)})[0].entry_point == "f"
     with pytest.raises(ValueError, match="unknown key"):

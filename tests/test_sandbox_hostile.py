@@ -64,22 +64,35 @@ def outside():
 MARKER = "The trusted supervisor that runs jobs inside the sandbox"
 
 
+def _is_sandbox(proc: psutil.Process) -> bool:
+    try:
+        return proc.name() == "bwrap" or any(MARKER in part for part in proc.cmdline())
+    except psutil.Error:
+        return False
+
+
 def _sandbox_processes() -> list[psutil.Process]:
-    """Processes of a sandboxed job still running: processes running the supervisor's source
-    (a job's child is a fork of it) other than the supervisors themselves (whose parent is
-    bwrap or this test process). A daemon that escaped to init would be counted."""
+    """Processes of this test's sandboxed jobs still running: processes running the
+    supervisor's source (a job's child is a fork of it), other than the supervisors
+    themselves (whose parent is bwrap or this test process) and bwrap, whose nearest
+    ancestor outside the sandbox is this test process or init (where an escaped daemon
+    would go). Other programs' sandboxes on the machine are not counted."""
     found = []
     me = os.getpid()
-    for proc in psutil.process_iter(["cmdline", "ppid"]):
+    for proc in psutil.process_iter(["cmdline", "name"]):
         cmdline = proc.info["cmdline"] or []
-        if not any(MARKER in part for part in cmdline):
+        if proc.info["name"] == "bwrap" or not any(MARKER in part for part in cmdline):
             continue
         try:
-            parent = psutil.Process(proc.info["ppid"])
-            supervisor = parent.pid == me or "bwrap" in parent.name()
+            parent = proc.parent()
+            if parent is not None and (parent.pid == me or parent.name() == "bwrap"):
+                continue  # a supervisor
+            outside = parent
+            while outside is not None and _is_sandbox(outside):
+                outside = outside.parent()
         except psutil.Error:
-            supervisor = False
-        if not supervisor:
+            continue
+        if outside is None or outside.pid in (me, 1):
             found.append(proc)
     return found
 
@@ -126,8 +139,8 @@ def test_fork_bomb(box):
 
 def test_memory_bomb(box):
     result = _run(box, "blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))\n")
-    assert result.status in ("error", "crashed")
-    assert result.load_error is None or "MemoryError" in result.load_error
+    assert result.status in ("error", "crashed", "timeout"), result  # timeout: a loaded host
+    assert result.status != "error" or "MemoryError" in result.load_error, result
 
 
 def test_one_gigabyte_of_output(box):

@@ -257,7 +257,7 @@ def main():
         job = json.loads(line)
         result = run_job(job)
         _empty_dir(job["workdir"])
-        if os.path.isdir("/dev/shm") and job.get("uid") is not None:
+        if job.get("private_shm") and os.path.isdir("/dev/shm"):
             _empty_dir("/dev/shm")
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()

@@ -391,6 +391,7 @@ class Sandbox:
             "max_output_bytes": self.limits.max_output_bytes,
             "keep_output_bytes": self.limits.keep_output_bytes,
             "workdir": "/tmp",
+            "private_shm": self.isolation == "bwrap",  # bwrap's --dev: a /dev/shm of its own
         }
 
 
