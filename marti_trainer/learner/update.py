@@ -12,7 +12,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -39,7 +39,7 @@ class TrainedUnit(Protocol):
 
     name: str
     agents: list[str]
-    model: Any  # torch.nn.Module
+    model: torch.nn.Module
     engine: StepEngine
     ref: Callable[[TrainBatch], torch.Tensor] | None
 

@@ -66,10 +66,6 @@ DoneCallback = Callable[[GenerationRequest, Generation | None, BaseException | N
 """``on_done(request, generation, error)``: exactly one of generation / error is None."""
 
 
-DoneCallback = Callable[[GenerationRequest, Generation | None, BaseException | None], None]
-"""``on_done(request, generation, error)``: exactly one of generation / error is None."""
-
-
 class Driver(ABC):
     """Serves a rollout's requests for one policy in the background.
 
