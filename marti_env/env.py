@@ -243,7 +243,9 @@ class WorkflowEnv(ParallelEnv):
                 )
             response = _as_text(actions[agent], agent)
             answer = self._extract(response)
-            score = 0.0 if self.reward is None else self.reward.score(record.task, response)
+            score = self.workflow.turn_score(record.task, agent, response)
+            if score is None:
+                score = 0.0 if self.reward is None else self.reward.score(record.task, response)
             record.turns.append(
                 Turn(
                     index=len(record.turns),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from marti_env.workflows.base import Prompt, Workflow, clip_middle, defuse_markers
 from marti_env.workflows.chain import ChainOfAgents
+from marti_env.workflows.code_team import CodeTeam
 from marti_env.workflows.gate import Gate
 from marti_env.workflows.mad import Debate
 from marti_env.workflows.majority import MajorityVote
@@ -24,6 +25,7 @@ WORKFLOWS: dict[str, type[Workflow]] = {
         SplitSum,
         Gate,
         Signal,
+        CodeTeam,
     )
 }
 """Workflow name -> class. Add yours here or pass the class to ``marti_env.register``."""
@@ -31,6 +33,7 @@ WORKFLOWS: dict[str, type[Workflow]] = {
 __all__ = [
     "WORKFLOWS",
     "ChainOfAgents",
+    "CodeTeam",
     "Debate",
     "Gate",
     "MajorityVote",

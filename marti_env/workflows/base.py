@@ -183,6 +183,11 @@ class Workflow(ABC):
         clone.answer_key = key  # type: ignore[method-assign]
         return clone
 
+    def turn_score(self, task: Task, agent: str, response: str) -> float | None:
+        """A turn's score by this workflow's own rule, or None to use the env's reward
+        (the default; ``code-team-v0``'s tester is scored on its tests instead)."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Who acts in each round, for ``pprint``/docs."""
         return {
