@@ -67,12 +67,30 @@ def test_code_task_round_trips_through_a_dict():
     assert CodeTask.from_dict(data) == task
 
 
-def test_a_completion_of_the_body_runs_after_the_stub():
+def test_a_completion_of_the_body_runs_after_the_stub_and_the_prelude_first():
     task = CodeTask(
-        id="t", prompt="p", answer="", entry_point="f", tests=("pass",), stub="def f(x):\n"
+        id="t",
+        prompt="p",
+        answer="",
+        entry_point="f",
+        tests=("pass",),
+        stub="def f(x):\n",
+        prelude="import math\n",
     )
-    assert program_for(task, "    return x\n") == "def f(x):\n    return x\n"
-    assert program_for(task, "def f(x):\n    return 1\n") == "def f(x):\n    return 1\n"
+    assert program_for(task, "    return x\n") == "import math\ndef f(x):\n    return x\n"
+    assert (
+        program_for(task, "def f(x):\n    return 1\n") == "import math\ndef f(x):\n    return 1\n"
+    )
+
+
+def test_a_humaneval_program_without_its_imports_still_loads(box):
+    task = humaneval_tasks()[0]  # has_close_elements(numbers: List[float], ...)
+    program = (
+        "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+        " for b in numbers[i + 1:])\n"
+    )
+    assert box.run_job(Job(program_for(task, program), task.tests, task.setup)).all_passed
 
 
 # -- HumanEval ------------------------------------------------------------------------------
@@ -84,7 +102,8 @@ def test_humaneval_has_164_problems_split_into_asserts():
     first = tasks[0]
     assert first.id == "HumanEval/0" and first.entry_point == "has_close_elements"
     assert first.tests[0] == "assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True"
-    assert first.stub.startswith("from typing import List\n")
+    assert first.prelude == "from typing import List\n"
+    assert first.stub.startswith("from typing import List\n\n\ndef has_close_elements(")
     assert sum(len(t.tests) > 1 for t in tasks) > 140  # most checks are plain asserts
 
 

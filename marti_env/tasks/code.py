@@ -23,8 +23,9 @@ spec                                   source
 
 JSONL format, one task per line: ``{"prompt": str, "entry_point": str, "tests": [str, ...]}``
 plus optional ``"id"``, ``"setup"`` (helpers the tests use, run after the program),
-``"reference"`` (a reference solution) and ``"stub"`` (the function's header, prepended to
-a program that does not define ``entry_point``). A malformed row raises
+``"reference"`` (a reference solution), ``"stub"`` (the function's header, prepended to
+a program that does not define ``entry_point``) and ``"prelude"`` (run before the program,
+e.g. imports). A malformed row raises
 :class:`~marti_env.tasks.TaskDataError` naming ``file:line``.
 """
 
@@ -73,12 +74,15 @@ class CodeTask(Task):
         setup: Helpers the tests use, run after the program (e.g. HumanEval's ``check``).
         stub: The function's header (signature and docstring), prepended to a program
             that does not define ``entry_point`` (a completion of the body).
+        prelude: Run before the program: the imports its header assumes (HumanEval's
+            ``from typing import List``, which a model's program often leaves out).
     """
 
     entry_point: str = ""
     tests: tuple[str, ...] = ()
     setup: str = ""
     stub: str = ""
+    prelude: str = ""
 
     def __post_init__(self) -> None:
         if not _IDENTIFIER.match(self.entry_point):
@@ -107,6 +111,7 @@ class CodeTask(Task):
             tests=tuple(str(t) for t in data["tests"]),
             setup=str(data.get("setup", "")),
             stub=str(data.get("stub", "")),
+            prelude=str(data.get("prelude", "")),
         )
 
 
@@ -156,10 +161,11 @@ def _boxed_content(text: str, start: int) -> str | None:
 
 
 def program_for(task: CodeTask, program: str) -> str:
-    """``program`` as run: after the task's ``stub`` when it does not define the entry point."""
+    """``program`` as run: the task's ``prelude``, then its ``stub`` when the program does
+    not define the entry point, then the program."""
     if task.stub and not re.search(rf"\bdef\s+{re.escape(task.entry_point)}\s*\(", program):
-        return task.stub + program
-    return program
+        program = task.stub + program
+    return task.prelude + program
 
 
 # -- HumanEval ---------------------------------------------------------------------------
@@ -190,7 +196,8 @@ def humaneval_tasks(path: str | Path | None = None) -> list[CodeTask]:
     (so a completion of the body also runs), ``answer`` the reference solution. The
     problem's ``check(candidate)`` becomes one test per ``assert`` when its body is only
     asserts (so the score is a pass fraction), else the single test ``check(candidate)``.
-    The imports of the header run before the program (``from typing import List``).
+    The imports of the header are the ``prelude``: they run before the program, which
+    often uses ``List`` without importing it.
     """
     path = Path(path) if path is not None else humaneval_path()
     tasks = []
@@ -216,7 +223,8 @@ def humaneval_tasks(path: str | Path | None = None) -> list[CodeTask]:
                     entry_point=entry,
                     tests=tests,
                     setup=f"{row['test']}\ncandidate = {entry}\n",
-                    stub=_imports_of(stub) + stub,
+                    stub=stub,
+                    prelude=_imports_of(stub),
                 )
             )
     return tasks
@@ -258,7 +266,7 @@ def _humaneval_tests(test_code: str) -> tuple[str, ...]:
 # -- users' JSONL files ---------------------------------------------------------------------
 
 _REQUIRED = ("prompt", "entry_point", "tests")
-_OPTIONAL = ("id", "setup", "reference", "stub", "source")
+_OPTIONAL = ("id", "setup", "reference", "stub", "prelude", "source")
 
 
 def load_code_tasks(path: str | Path) -> list[CodeTask]:
@@ -332,4 +340,5 @@ def _code_row(line: str, where: str, default_id: str) -> CodeTask:
         tests=tuple(tests),
         setup=row.get("setup", ""),
         stub=row.get("stub", ""),
+        prelude=row.get("prelude", ""),
     )
