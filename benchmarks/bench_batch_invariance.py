@@ -5,9 +5,11 @@ Two measurements with the default model in bf16 on the quick start's arithmetic 
 1. **Forward pass** (the last prompt token's logits): each prompt alone, against the same
    prompt (a) repeated 8 times (batch size changes, padding does not), (b) next to a short
    or a long partner (only the left padding changes), (c) in a left-padded batch of 64.
-2. **Evaluation** (``marti_trainer.evaluate.greedy_heldout_rollout``, single-v0, greedy): the
-   first N held-out problems evaluated alone and as the head of a 2N-problem set, with
-   ``chunk_tasks=0`` (one rollout: one batch) and with fixed chunks of 16.
+2. **Evaluation** (``marti_trainer.evaluate.greedy_heldout_rollout``, single-v0, greedy): N
+   level 1-2 problems evaluated alone and followed by N longer level 3-4 problems (whose
+   prompts widen the padding of a shared batch), with ``chunk_tasks=0`` (one rollout: one
+   batch) and with fixed chunks of 16 and 32; and the answers that differ between the
+   settings on the same N problems.
 
 Run (a few minutes on 2 CPU cores), then render::
 
@@ -89,17 +91,19 @@ def forward_pass(n: int = 64) -> dict[str, Any]:
 
 
 def evaluation(n: int = 128) -> dict[str, Any]:
-    """Answers of the first ``n`` problems that change when ``n`` more join the evaluation."""
+    """Answers of ``n`` problems that change when ``n`` longer ones join the evaluation."""
     from marti_env.tasks import ArithmeticTasks
     from marti_trainer.evaluate import greedy_heldout_rollout, summarize
     from marti_trainer.models import DEFAULT_MODEL
     from marti_trainer.policies.hf import HFPolicy
     from marti_trainer.team import GreedyDedup
 
-    tasks = list(ArithmeticTasks(levels=[1, 2], size=2 * n, split="test", seed=1))
+    tasks = list(ArithmeticTasks(levels=[1, 2], size=n, split="test", seed=1))
+    tasks += list(ArithmeticTasks(levels=[3, 4], size=n, split="test", seed=1))
     out: dict[str, Any] = {"problems": n}
+    answers: dict[int, list[list[str]]] = {}
     with HFPolicy(DEFAULT_MODEL, dtype="bfloat16", batch_size=4 * n) as policy:
-        for chunk in (0, 16):
+        for chunk in (0, 16, 32):
             runs = []
             for size in (n, 2 * n):
                 t0 = time.perf_counter()
@@ -109,12 +113,19 @@ def evaluation(n: int = 128) -> dict[str, Any]:
                 runs.append((summarize(batch), batch, time.perf_counter() - t0))
             head = [[t.response for t in e.turns] for e in runs[1][1].episodes[:n]]
             alone = [[t.response for t in e.turns] for e in runs[0][1].episodes]
+            answers[chunk] = alone
             out[f"chunk_tasks={chunk}"] = {
                 "answers_changed": sum(a != b for a, b in zip(alone, head, strict=True)),
                 "accuracy_alone": runs[0][0].avg_at_k,
                 "accuracy_as_head": sum(t.outcomes[0] for t in runs[1][0].per_task[:n]) / n,
                 "wall_s": [round(r[2], 1) for r in runs],
             }
+    out["differ_chunk16_vs_one_rollout"] = sum(
+        a != b for a, b in zip(answers[0], answers[16], strict=True)
+    )
+    out["differ_chunk32_vs_chunk16"] = sum(
+        a != b for a, b in zip(answers[16], answers[32], strict=True)
+    )
     return out
 
 
@@ -139,19 +150,25 @@ def render(data: dict[str, Any]) -> str:
     n = e["problems"]
     lines += [
         "",
-        f"Greedy single-v0 evaluation, 32 new tokens: the first {n} held-out problems alone, "
-        f"then as the head of {2 * n}:",
+        f"Greedy single-v0 evaluation, 32 new tokens: {n} level 1-2 held-out problems alone, "
+        f"then followed by {n} longer level 3-4 ones (seconds: alone, with the others):",
         "",
-        "| evaluation | answers changed | accuracy alone | accuracy as the head |",
-        "| --- | --- | --- | --- |",
+        "| evaluation | answers changed | accuracy alone | accuracy with the others | seconds |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    for name in ("chunk_tasks=0", "chunk_tasks=16"):
-        v = e[name]
-        label = "one rollout (chunk_tasks=0)" if name.endswith("=0") else "chunks of 16"
+    for chunk in (0, 16, 32):
+        v = e[f"chunk_tasks={chunk}"]
+        label = f"chunks of {chunk}" if chunk else "one rollout (chunk_tasks=0)"
         lines.append(
             f"| {label} | {v['answers_changed']}/{n} | {100 * v['accuracy_alone']:.1f}% | "
-            f"{100 * v['accuracy_as_head']:.1f}% |"
+            f"{100 * v['accuracy_as_head']:.1f}% | {v['wall_s'][0]:.0f}, {v['wall_s'][1]:.0f} |"
         )
+    lines += [
+        "",
+        f"The same {n} problems alone, batched differently: chunks of 16 against one rollout "
+        f"differ in {e['differ_chunk16_vs_one_rollout']} answers, chunks of 32 against "
+        f"chunks of 16 in {e['differ_chunk32_vs_chunk16']}.",
+    ]
     return "\n".join(lines)
 
 

@@ -13,7 +13,9 @@ the same), so it is the smallest effect one such evaluation can show. Measure wi
 ``collect`` keeps each problem's outcomes (one ``0``/``1`` per episode) and the settings;
 ``render`` recomputes every figure from them: per seed, single-episode accuracy (episode 0,
 with its Wilson interval) and avg@k; between seeds, the paired difference over problems
-(:func:`marti_env.stats.paired_difference`) for one episode and for avg@k.
+(:func:`marti_env.stats.paired_difference`) for one episode and for avg@k; and the spread of
+the ``2k`` one-episode evaluations (sample standard deviation against the binomial
+``sqrt(p (1 - p) / n)``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,18 @@ def render(data: dict[str, Any]) -> str:
             f"| {name} | {100 * e.mean:+.2f} [{100 * e.low:+.2f}, {100 * e.high:+.2f}] | "
             f"{d.verdict} |"
         )
+    per_episode = [
+        sum(int(o[i]) for o in r["outcomes"]) / n for r in runs for i in range(k)
+    ]  # each episode index of each seed is a full one-episode evaluation
+    mean = sum(per_episode) / len(per_episode)
+    sd = (sum((x - mean) ** 2 for x in per_episode) / (len(per_episode) - 1)) ** 0.5
+    lines += [
+        "",
+        f"The {len(per_episode)} one-episode evaluations (episode i of either seed) range from "
+        f"{100 * min(per_episode):.1f}% to {100 * max(per_episode):.1f}% (standard deviation "
+        f"{100 * sd:.2f} points; binomial expectation "
+        f"{100 * (mean * (1 - mean) / n) ** 0.5:.2f}).",
+    ]
     return "\n".join(lines)
 
 

@@ -21,11 +21,11 @@ of the team's final answer, 1.0 right / 0.0 wrong) of episode ``i`` of task ``t`
   ``final_answer_rate``: fraction of episodes whose team produced a final answer.
 - ``truncated_rate``: fraction of generations cut at ``max_tokens``.
 
-Batch invariance. A transformer's forward pass in bf16 is not a per-row function of its
-input: the left padding a row gets (the longest prompt of its batch sets it), the matrix
-shapes (rows in the batch) and the prompt prefixes the ``hf`` backend shares in prefill all
-change the rounding, and in bf16 that flips some greedy token in most 48-token answers (one
-model scored 32% and 33% on the same problems batched differently). :func:`chunked_rollout`
+Batch invariance. A bf16 forward pass is not a per-row function of its input: the left
+padding a row gets (the longest prompt of its batch sets it) and the prompt prefixes the
+``hf`` backend shares in prefill change the rounding of its logits (the batch size alone did
+not: ``benchmarks/bench_batch_invariance.py``), enough to flip greedy tokens (one model
+scored 32% and 33% on the same problems batched differently). :func:`chunked_rollout`
 therefore evaluates a held-out set in fixed consecutive chunks (problem ``i`` in chunk
 ``i // chunk_tasks``), each chunk its own rollout with the root seed
 ``derive_seed(seed, chunk)``: a problem's episodes depend only on its chunk, the weights and

@@ -307,6 +307,10 @@ def test_noise_floor_collect_and_render(tmp_path):
     assert "| one episode | -25.00 [" in text
     # avg@4: (2 + 1 + 0 + 2) / 16 = 31.25% against (2 + 2 + 0 + 2) / 16 = 37.5%
     assert "| 31.25 |" in text and "| 37.50 |" in text
+    # episode accuracies .25 .5 .5 0 (seed 0), .5 .5 .5 0 (seed 1): mean 2.75/8 = .34375,
+    # sample SD sqrt(.367188 / 7) = .2290; binomial sqrt(.34375 * .65625 / 4) = .2375
+    assert "range from 0.0% to 50.0% (standard deviation 22.90 points" in text
+    assert "binomial expectation 23.75" in text
     with pytest.raises(ValueError, match="both files use seed 0"):
         noise.collect([files[0], files[0]])
     with pytest.raises(ValueError, match="give two"):
