@@ -114,13 +114,18 @@ def unit_memory(params: int, *, trained: bool, reference: bool, rollout_bytes: i
 def turns_per_episode(env: Any) -> int:
     """Generations one episode of ``env`` takes: an episode played with a fixed answer, counting
     the active agents of each round (``env.active_agents``)."""
+    return sum(_round_widths(env))
+
+
+def _round_widths(env: Any) -> list[int]:
+    """Active agents in each round of one episode played with a fixed answer."""
     env.reset(seed=0)
-    turns = 0
+    widths = []
     while env.agents:
         actions = {agent: "\\boxed{0}" for agent in env.active_agents}
-        turns += len(actions)
+        widths.append(len(actions))
         env.step(actions)
-    return turns
+    return widths
 
 
 @dataclass
@@ -155,6 +160,7 @@ class RunPlan:
     placements: list[Placement] = field(default_factory=list)
     activation_bytes: int | None = None
     turns_per_episode: int = 0
+    eval_chunk_rows: int = 0
     generations_per_step: int = 0
     eval_generations: int = 0
     evaluations: int = 0
@@ -223,7 +229,8 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
             params = decoder_param_count(arch)
         except ArchitectureError as e:
             error = str(e)
-    turns = turns_per_episode(built.probe)
+    widths = _round_widths(built.probe)
+    turns = sum(widths)
     r, e = cfg.rollout, cfg.eval
     evaluations = int(e.at_start) + int(e.at_end)
     if e.every:
@@ -239,6 +246,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         units=[(name, list(members)) for name, members in units],
         device=_device(m.device) if cfg.distributed.backend == "local" else "per Ray actor",
         turns_per_episode=turns,
+        eval_chunk_rows=(e.chunk_tasks or len(built.eval_tasks)) * max(widths) * max(1, e.samples),
         generations_per_step=r.tasks_per_step * r.n_samples * turns,
         eval_generations=len(built.eval_tasks) * max(1, e.samples) * turns,
         evaluations=evaluations,
@@ -348,6 +356,19 @@ def format_plan(plan: RunPlan) -> str:
         f"steps: {plan.total_steps}; generations per step: {plan.generations_per_step} "
         f"({plan.turns_per_episode} per episode); per held-out evaluation: "
         f"{plan.eval_generations} x {plan.evaluations} evaluations"
+    )
+    e = plan.config["eval"]
+    batch = plan.config["rollout"]["batch_size"]
+    fits = plan.eval_chunk_rows <= batch or plan.config["rollout"]["backend"] != "hf"
+    lines.append(
+        f"held-out evaluation in chunks of {e['chunk_tasks'] or 'all'} problems: a round of a "
+        f"chunk is at most {plan.eval_chunk_rows} requests; "
+        + (
+            "results do not depend on the batch size"
+            if fits
+            else f"over rollout.batch_size {batch}, so results depend on it (raise it to "
+            f"{plan.eval_chunk_rows} or lower eval.chunk_tasks)"
+        )
     )
     lines.append(
         f"generations in all: {plan.total_generations:,}; new tokens at most "

@@ -203,3 +203,16 @@ def test_dry_run_evaluations_count_every_and_end():
     assert plan.evaluations == 1 + 2 + 1  # step 0; steps 4 and 8; the end (10)
     data["eval"]["every"] = 5
     assert plan_run(config_from_dict(data)).evaluations == 1 + 2  # 0; 5 and 10 (= the end)
+
+
+def test_dry_run_says_whether_evaluation_depends_on_the_batch_size():
+    cfg = load_config(REPO / "baselines" / "quickstart.yaml")
+    plan = plan_run(cfg)
+    assert plan.eval_chunk_rows == 16 * 2  # 16 problems x 2 debaters in a round
+    assert "results do not depend on the batch size" in format_plan(plan)
+    overrides = ["env.kwargs.num_agents=3", "rollout.batch_size=32", "eval.samples=2"]
+    plan = plan_run(load_config(REPO / "baselines" / "quickstart.yaml", overrides))
+    assert plan.eval_chunk_rows == 16 * 3 * 2
+    assert "over rollout.batch_size 32, so results depend on it (raise it to 96" in format_plan(
+        plan
+    )

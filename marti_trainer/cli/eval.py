@@ -13,7 +13,14 @@ path, a benchmark name (``gsm8k/test``, ``math500``...), ``hf:<name>``, or ``ari
 (the procedural generator's *test* split; ``--levels`` picks the levels). ``--checkpoint``
 evaluates the weights a ``marti train`` run saved (its newest checkpoint, or the one named),
 on the run's own held-out tasks (``env.eval_tasks``) unless ``--data`` says otherwise, in any
-env: e.g. a model trained alone, in a debate.
+env: e.g. a model trained alone, in a debate; by default it repeats the run's own held-out
+evaluation (greedy, or its ``eval.samples`` sampled episodes, in its ``eval.chunk_tasks``).
+
+Tasks are evaluated in fixed chunks of ``--chunk-tasks`` (16) consecutive problems, each its
+own rollout, so a problem's result does not depend on which others are evaluated with it
+(bf16 logits change with the left padding a batch gives; see docs/baselines.md). Two
+evaluations that differ only in ``--seed`` measure the noise floor
+(``benchmarks/noise_floor.py``).
 """
 
 from __future__ import annotations
