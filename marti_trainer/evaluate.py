@@ -352,15 +352,16 @@ def evaluate(
     progress: bool = True,
     transcript_path: str | Path | None = None,
     json_path: str | Path | None = None,
-    chunk_tasks: int = 0,
+    chunk_tasks: int = EVAL_CHUNK_TASKS,
 ) -> EvalResult:
     """Run ``k`` episodes per task and report avg@k, maj@k and cost.
 
     Args are those of :func:`marti_trainer.rollout.rollout` (``k`` is ``n_samples``), plus
     ``model`` (a label), ``json_path`` (write the result there as JSON) and ``chunk_tasks``
-    (> 0: evaluate in fixed chunks of that many tasks, :func:`chunked_rollout`, so a task's
-    result does not depend on batch composition; 0: one rollout). Default sampling:
-    temperature 0.7, 256 new tokens.
+    (evaluate in fixed chunks of that many tasks, :func:`chunked_rollout`, so a task's result
+    does not depend on batch composition; 0: one rollout, e.g. for a remote server whose
+    throughput needs many requests in flight). Default sampling: temperature 0.7, 256 new
+    tokens.
 
     Raises:
         ValueError, RolloutError: as ``rollout``.
