@@ -29,7 +29,13 @@ Outputs in ``--out``: ``results.csv`` (one row per env x method x seed), ``summa
 (mean and std over seeds), ``results.json`` (config, rows, summary, learning curves),
 ``table.txt`` and ``credit_bench.png``.
 
-Only numpy is imported when the fast tier runs; matplotlib only to draw the plot.
+The fast tier's table also prints, per env and method, ``=none`` (YES: the method's rewards
+are gradient-identical to ``none`` under group normalisation, checked before training),
+``fidelity``, ``zero_adv``, ``abl_drop``, the control rows (``oracle``, ``random``,
+``none@reseed``) and ``acc_final - none`` with its paired 95% CI and verdict (see
+docs/credit.md, "Controls and diagnostics").
+
+Only numpy and scipy are imported when the fast tier runs; matplotlib only to draw the plot.
 """
 
 from __future__ import annotations
