@@ -20,6 +20,18 @@ TINY = BenchConfig(
 )
 
 
+# the sweeps: one result file, one generated page each
+SWEEPS = {"credit_sweep_n": "docs/credit_sweep_n.md", "credit_sweep_q": "docs/credit_sweep_q.md"}
+
+
+@pytest.mark.parametrize(("name", "page"), sorted(SWEEPS.items()))
+def test_docs_sweep_pages_are_generated(name, page):
+    source = REPO / "docs" / "results" / f"{name}.json"
+    names = [str(source.relative_to(REPO))]
+    expected = leaderboard_markdown(load_results([source]), names)
+    assert (REPO / page).read_text(encoding="utf-8") == expected
+
+
 def test_docs_leaderboard_is_the_generated_page():
     sources = sorted((REPO / "docs" / "results").glob("credit_sim_*.json"))
     page = REPO / "docs" / "credit_leaderboard.md"
