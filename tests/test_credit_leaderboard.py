@@ -20,8 +20,12 @@ TINY = BenchConfig(
 )
 
 
-# the sweeps: one result file, one generated page each
-SWEEPS = {"credit_sweep_n": "docs/credit_sweep_n.md", "credit_sweep_q": "docs/credit_sweep_q.md"}
+# the sweeps and the classic envs: one result file, one generated page each
+SWEEPS = {
+    "credit_sweep_n": "docs/credit_sweep_n.md",
+    "credit_sweep_q": "docs/credit_sweep_q.md",
+    "credit_classic": "docs/credit_classic.md",
+}
 
 
 @pytest.mark.parametrize(("name", "page"), sorted(SWEEPS.items()))
