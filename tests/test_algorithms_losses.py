@@ -11,6 +11,7 @@ from marti_trainer.algorithms import (
     PolicyLossStats,
     aggregate_loss,
     entropy_from_logits,
+    entropy_metric,
     kl_loss,
     kl_penalty_rewards,
     logprobs_from_logits,
@@ -346,9 +347,49 @@ def test_logprobs_from_logits_half_precision_is_upcast():
     assert_values(out, [[-math.log(1 + math.exp(-1))]])
 
 
+def test_logprobs_at_a_temperature_by_hand_and_gradient():
+    # logits [0, 2 ln 3] at tau = 2 -> z / tau = [0, ln 3] -> p = [0.25, 0.75]
+    logits = t([[[0.0, 2 * LN3]]]).requires_grad_(True)
+    out = logprobs_from_logits(logits, torch.tensor([[1]]), temperature=2.0)
+    assert_values(out, [[math.log(0.75)]])
+    # d log p_1 / d z = (onehot_1 - p) / tau = [-0.25, 0.25] / 2
+    out.sum().backward()
+    assert_values(logits.grad, [[[-0.125, 0.125]]])
+
+
+def test_logprobs_match_log_softmax_across_chunk_boundaries():
+    # 2 rows x 19 positions: chunks of 8, 8 and 3; compared with the plain float64 formula.
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(2, 19, 50, dtype=F64)).requires_grad_(True)
+    ids = torch.randint(0, 50, (2, 19))
+    weights = torch.randn(2, 19, dtype=F64)
+    (logprobs_from_logits(logits, ids, 0.7) * weights).sum().backward()
+    ref_logits = logits.detach().clone().requires_grad_(True)
+    ref = torch.log_softmax(ref_logits / 0.7, -1).gather(-1, ids[..., None]).squeeze(-1)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(logprobs_from_logits(logits, ids, 0.7), ref)
+    torch.testing.assert_close(logits.grad, ref_logits.grad)
+    small_ids = torch.randint(0, 6, (1, 9))
+    z = torch.randn(1, 9, 6, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: logprobs_from_logits(x, small_ids, 0.7), (z,))
+
+
+def test_entropy_metric_matches_the_formula_at_a_temperature():
+    # uniform over 4 at any temperature: ln 4; [0, 2 ln 3] at tau = 2 is p = [1/4, 3/4]
+    h_two = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    logits = t([[[0.0, 0.0, 0.0, 0.0], [0.0, 2 * LN3, -1e9, -1e9]]])
+    assert_values(entropy_metric(logits, 2.0), [[math.log(4), h_two]])
+    torch.manual_seed(0)
+    logits = torch.randn(3, 11, 40, dtype=torch.bfloat16)
+    ref = entropy_from_logits(logits.float() / 0.7)
+    torch.testing.assert_close(entropy_metric(logits, 0.7), ref)
+
+
 def test_logprobs_from_logits_rejects_bad_inputs():
     logits = torch.zeros(2, 3, 5)
     with pytest.raises(ValueError, match="shape of logits"):
         logprobs_from_logits(logits, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="integer"):
         logprobs_from_logits(logits, torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="temperature"):
+        logprobs_from_logits(logits, torch.zeros(2, 3, dtype=torch.long), temperature=0.0)

@@ -313,6 +313,7 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     ``H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v`` with ``p = softmax(z)``; the
     right-hand form is shift-invariant and stable for large logits. Logits must be finite.
     Computed in the dtype of ``logits`` (pass float32 logits for a precise value).
+    Differentiable; for a metric over a long vocabulary see :func:`entropy_metric`.
 
     Args:
         logits: ``Tensor[B, T, V]`` (any leading shape).
@@ -326,44 +327,118 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
 
 
-def logprobs_from_logits(logits: Tensor, token_ids: Tensor) -> Tensor:
-    """Log-probabilities of ``token_ids`` under ``softmax(logits)``: gather of log-softmax.
+LOGIT_CHUNK = 8
+"""Positions per chunk in :func:`logprobs_from_logits` and :func:`entropy_metric`: a float32
+chunk of SmolLM2's 49,152-token vocabulary is 1.5 MB, so it stays in a CPU core's L2 cache
+while the chunk's exp, sum and scale run over it."""
 
-    ``log p(x_t) = z_{t, x_t} - logsumexp_v z_{t, v}``. Memory-conscious like TRL's
-    ``selective_log_softmax``: the normaliser is computed one row (``[T, V]``) at a time,
-    so the full ``[B, T, V]`` log-softmax is never materialised. Half-precision logits are
-    upcast to float32 one row at a time and the result is float32; otherwise the dtype of
-    ``logits`` is kept.
+
+def _chunks(logits: Tensor) -> list[tuple[int, int, int]]:
+    """``(row, start, stop)`` position chunks of ``logits [B, T, V]``."""
+    rows, length = logits.shape[0], logits.shape[1]
+    return [
+        (b, s, min(s + LOGIT_CHUNK, length))
+        for b in range(rows)
+        for s in range(0, length, LOGIT_CHUNK)
+    ]
+
+
+def _scaled(chunk: Tensor, temperature: float) -> Tensor:
+    """A copy of ``chunk / temperature`` in at least float32 (half-precision logits are
+    upcast before the division, so it is not rounded to bf16 again)."""
+    dtype = torch.promote_types(chunk.dtype, torch.float32)
+    z = chunk.to(dtype, copy=True)
+    return z.div_(temperature) if temperature != 1.0 else z
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """``log softmax(z / tau)[x]`` per position, forward and backward chunk by chunk."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, ids: Tensor, temperature: float) -> Tensor:  # type: ignore[override]
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        lse = logits.new_empty(ids.shape, dtype=dtype)
+        out = logits.new_empty(ids.shape, dtype=dtype)
+        for b, s, e in _chunks(logits):
+            z = _scaled(logits[b, s:e], temperature)
+            lse[b, s:e] = torch.logsumexp(z, dim=-1)
+            out[b, s:e] = z.gather(-1, ids[b, s:e, None]).squeeze(-1) - lse[b, s:e]
+        ctx.save_for_backward(logits, ids, lse)
+        ctx.temperature = temperature
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        logits, ids, lse = ctx.saved_tensors
+        tau = ctx.temperature
+        grad = grad.to(lse.dtype)
+        out = torch.empty_like(logits)
+        for b, s, e in _chunks(logits):
+            g = grad[b, s:e, None]
+            p = _scaled(logits[b, s:e], tau).sub_(lse[b, s:e, None]).exp_()  # softmax(z/tau)
+            p.mul_(-g).scatter_add_(-1, ids[b, s:e, None], g)  # g (onehot - p)
+            out[b, s:e] = p.div_(tau) if tau != 1.0 else p
+        return out, None, None
+
+
+def logprobs_from_logits(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """Log-probabilities of ``token_ids`` under ``softmax(logits / temperature)``.
+
+    ``log p(x_t) = z_{t, x_t} / tau - logsumexp_v (z_{t, v} / tau)``, and its gradient
+    ``d log p(x_t) / d z_{t, v} = (1[v = x_t] - p_v) / tau``. Like TRL's
+    ``selective_log_softmax``, the full ``[B, T, V]`` log-softmax is never materialised:
+    forward and backward run over chunks of :data:`LOGIT_CHUNK` positions, each upcast to
+    float32 and scaled there (so bf16 logits are not rounded again after the division), and
+    the backward writes the logits' gradient directly. The result is float32 for half and
+    float32 logits, float64 for float64.
 
     Args:
         logits: ``Tensor[B, T, V]``, aligned with ``token_ids`` (already shifted so that
             ``logits[:, t]`` predicts ``token_ids[:, t]``).
         token_ids: ``Tensor[B, T]``, integer.
+        temperature: ``tau > 0``, the sampling temperature the tokens were drawn at.
 
     Returns:
         ``Tensor[B, T]``, differentiable with respect to ``logits``.
 
     Raises:
-        ValueError: shapes that do not line up, or non-integer ``token_ids``.
+        ValueError: shapes that do not line up, non-integer ``token_ids`` or ``tau <= 0``.
     """
-    if logits.dim() < 2 or token_ids.shape != logits.shape[:-1]:
+    if logits.dim() != 3 or token_ids.shape != logits.shape[:-1]:
         raise ValueError(
             f"token_ids must have the shape of logits without its last dimension, got logits "
             f"{tuple(logits.shape)} and token_ids {tuple(token_ids.shape)}"
         )
     if token_ids.dtype not in _INT_DTYPES:
         raise ValueError(f"token_ids must be an integer tensor, got {token_ids.dtype}")
-    token_ids = token_ids.long()
-    rows = []
-    for row_logits, row_ids in zip(logits, token_ids, strict=True):
-        if row_logits.dtype in (torch.float16, torch.bfloat16):
-            row_logits = row_logits.float()
-        picked = row_logits.gather(-1, row_ids.unsqueeze(-1)).squeeze(-1)
-        rows.append(picked - torch.logsumexp(row_logits, dim=-1))
-    if not rows:
-        dtype = torch.promote_types(logits.dtype, torch.float32)
-        return logits.new_zeros(token_ids.shape, dtype=dtype)
-    return torch.stack(rows)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return _SelectiveLogSoftmax.apply(logits, token_ids.long(), float(temperature))
+
+
+def entropy_metric(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """:func:`entropy_from_logits` of ``logits / temperature`` in float32, without gradient,
+    over chunks of :data:`LOGIT_CHUNK` positions (bounded memory, cache-sized passes).
+
+    Args:
+        logits: ``Tensor[B, T, V]``.
+        temperature: ``tau > 0``.
+
+    Returns:
+        ``Tensor[B, T]``, float32 (float64 for float64 logits).
+    """
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be [B, T, V], got {tuple(logits.shape)}")
+    out = logits.new_empty(
+        logits.shape[:-1], dtype=torch.promote_types(logits.dtype, torch.float32)
+    )
+    with torch.no_grad():
+        for b, s, e in _chunks(logits):
+            z = _scaled(logits[b, s:e], temperature)
+            lse = torch.logsumexp(z, dim=-1)
+            p = (z - lse[:, None]).exp_()
+            out[b, s:e] = lse - p.mul_(z).sum(dim=-1)
+    return out
 
 
 __all__ = [
@@ -372,6 +447,7 @@ __all__ = [
     "PolicyLossStats",
     "aggregate_loss",
     "entropy_from_logits",
+    "entropy_metric",
     "kl_loss",
     "kl_penalty_rewards",
     "logprobs_from_logits",

@@ -36,6 +36,10 @@ def forward_logprobs(
 ) -> tuple[Tensor, Tensor]:
     """``(logprobs [B, R], logits [B, R, V])`` of the response tokens under ``model``.
 
+    ``logprobs`` are at the sampling ``temperature`` (``log softmax(logits / temperature)``,
+    :func:`~marti_trainer.algorithms.logprobs_from_logits`); ``logits`` are the model's own,
+    not divided by the temperature.
+
     With ``batch.share_prompts`` and a prompt that several rows continue, each distinct
     prompt is forwarded once, and with ``share_prefixes`` each prefix that distinct prompts
     share too (see the module docstring and :class:`PromptTree`); the result is the same.
@@ -53,9 +57,7 @@ def forward_logprobs(
         logits = out.logits[:, :-1, :]
     else:
         logits = _shared_prompt_logits(model, batch, tree)
-    if temperature != 1.0:
-        logits = logits / temperature
-    return logprobs_from_logits(logits, batch.response_ids), logits
+    return logprobs_from_logits(logits, batch.response_ids, temperature), logits
 
 
 def _left_padded(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple:

@@ -15,6 +15,7 @@ from torch import Tensor
 from marti_trainer.algorithms import (
     compute_advantages,
     entropy_from_logits,
+    entropy_metric,
     group_ids_from_keys,
     kl_estimate,
     kl_loss,
@@ -103,11 +104,11 @@ def make_loss_fn(cfg: AlgorithmConfig, max_tokens: int, temperature: float = 1.0
             if cfg.kl_coef > 0 and not cfg.kl_in_reward:
                 loss = loss + cfg.kl_coef * kl
         if cfg.entropy_coef > 0:
-            entropy = masked_mean(entropy_from_logits(logits.float()), mask)
+            entropy = masked_mean(entropy_from_logits(logits.float() / temperature), mask)
             loss = loss - cfg.entropy_coef * entropy
         else:
             with torch.no_grad():
-                entropy = masked_mean(_entropy_rows(logits), mask)
+                entropy = masked_mean(entropy_metric(logits, temperature), mask)
         metrics["losses/entropy"] = float(entropy.detach())
         metrics["losses/rollout_kl"] = float(
             masked_mean(kl_estimate(mb.rollout_logprobs, logprobs.detach().float(), "k3"), mask)
@@ -116,8 +117,3 @@ def make_loss_fn(cfg: AlgorithmConfig, max_tokens: int, temperature: float = 1.0
         return loss * weight, metrics, weight
 
     return loss_fn
-
-
-def _entropy_rows(logits: Tensor) -> Tensor:
-    """Entropy ``[B, R]`` in float32, one row at a time (bounded memory)."""
-    return torch.stack([entropy_from_logits(row.float()) for row in logits])
