@@ -67,7 +67,12 @@ class EnvConfig(Section):
             "help": "Arguments for marti_env.make (e.g. {num_agents: 2}); the env checks them."
         },
     )
-    credit: str = setting("none", "Credit-assignment method name (marti_env.credit registry).")
+    credit: str = setting(
+        "none",
+        "Credit-assignment method: a registered name (marti_env.credit registry) or an entry "
+        "point 'package.module:Class' or 'path/to/file.py:Class' (run.json records the "
+        "defining file's path and sha256).",
+    )
     credit_kwargs: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "Options of the credit method (e.g. {alpha: 0.5})."}
     )
@@ -200,8 +205,15 @@ class RolloutConfig(Section):
 class AlgorithmConfig(Section):
     section: ClassVar[str] = "algorithm"
 
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = (
-        setting("grpo", "Advantage estimator (marti_trainer.algorithms).")
+    advantage: Literal[
+        "grpo", "dr_grpo", "agent_scale", "rloo", "reinforce_pp", "reinforce_pp_baseline"
+    ] = setting(
+        "grpo",
+        "Advantage estimator (marti_trainer.algorithms). grpo standardises each group (so any "
+        "per-group affine map of the reward, e.g. turn discounting, trains like credit=none); "
+        "dr_grpo only centres; agent_scale centres in the group, then divides by one scale per "
+        "agent over the batch (keeps the reward spread a credit method puts between one "
+        "agent's groups).",
     )
     clip_low: float = setting(
         0.2, "PPO clip range below 1 (epsilon_low).", Range(0, 1, hi_open=True)

@@ -298,6 +298,7 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     _write_run_metadata(run_dir, start, {"train_tasks": train_source, "eval_tasks": eval_source})
+    _record_credit_source(run_dir, cfg.env.credit)
     logger = MetricsLogger(
         run_dir, cfg.log.tensorboard, cfg.total_steps if cfg.log.progress else None, start
     )
@@ -394,6 +395,17 @@ def _write_run_metadata(run_dir: Path, start: int, sources: dict[str, TaskSource
             "data": data,
         }
     )
+    path.write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _record_credit_source(run_dir: Path, credit: str) -> None:
+    """``credit_source`` in run.json's newest session: the path and sha256 of the file that
+    defines a credit method from outside ``marti_env`` (``null`` for a built-in one)."""
+    from marti_env.credit import credit_source
+
+    path = run_dir / "run.json"
+    meta = json.loads(path.read_text())
+    meta["sessions"][-1]["credit_source"] = credit_source(credit)
     path.write_text(json.dumps(meta, indent=1) + "\n")
 
 

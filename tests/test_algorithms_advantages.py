@@ -9,6 +9,7 @@ import torch
 
 from marti_trainer.algorithms import (
     ADVANTAGE_ESTIMATORS,
+    agent_scale_advantages,
     compute_advantages,
     dr_grpo_advantages,
     group_ids_from_keys,
@@ -100,6 +101,66 @@ def test_dr_grpo_subtracts_group_mean_only():
 def test_dr_grpo_all_equal_is_zero():
     adv = dr_grpo_advantages(SEVEN_TENTHS, ids([1] * 7))
     assert torch.equal(adv, torch.zeros(7))
+
+
+# --- agent_scale: group-mean centring, one scale per agent --------------------------------
+
+
+def test_agent_scale_one_agent_keeps_the_spread_between_its_groups():
+    # groups [1, 0] and [2, 0] (the second's credit doubled): c = [0.5, -0.5, 1, -1];
+    # sigma = sqrt((0.25 + 0.25 + 1 + 1) / 4) = sqrt(0.625) = 0.790569
+    # A = c / sigma = [0.632456, -0.632456, 1.264911, -1.264911]: the 2x survives.
+    adv = agent_scale_advantages(t([1, 0, 2, 0]), ids([0, 0, 1, 1]), ids([0] * 4), eps=0.0)
+    assert_values(adv, [0.632456, -0.632456, 1.264911, -1.264911])
+    # GRPO standardises both groups to the same +-1/sqrt(2): the 2x is erased.
+    grpo = grpo_advantages(t([1, 0, 2, 0]), ids([0, 0, 1, 1]))
+    assert_values(grpo[:2], grpo[2:].tolist())
+
+
+def test_agent_scale_agents_get_separate_scales():
+    # agent 0: group [1, 0] -> c = [0.5, -0.5], sigma_0 = 0.5 -> [1, -1];
+    # agent 1: group [10, 4, 7] -> c = [3, -3, 0], sigma_1 = sqrt((9 + 9 + 0) / 3) = sqrt(6)
+    #   -> [3 / 2.449490, -3 / 2.449490, 0] = [1.224745, -1.224745, 0];
+    # agent 2: a constant group [5, 5] -> exactly 0 (sigma_2 = 0, no division by zero).
+    rewards = t([1, 0, 10, 4, 7, 5, 5])
+    groups, agents = ids([0, 0, 1, 1, 1, 2, 2]), ids([0, 0, 1, 1, 1, 2, 2])
+    adv = agent_scale_advantages(rewards, groups, agents, eps=0.0)
+    assert_values(adv[:5], [1.0, -1.0, 1.224745, -1.224745, 0.0])
+    assert torch.equal(adv[5:], torch.zeros(2, dtype=F64))
+    # a reward constant per agent and a per-agent scale do not change A: r -> 3 + 4 r
+    shifted = agent_scale_advantages(3 + 4 * rewards, groups, agents, eps=0.0)
+    assert_values(shifted, adv.tolist())
+
+
+def test_agent_scale_rejects_bad_scale_ids():
+    with pytest.raises(ValueError, match="shape of rewards"):
+        agent_scale_advantages(t([1.0, 0.0]), ids([0, 0]), ids([0]))
+    with pytest.raises(ValueError, match="integer"):
+        agent_scale_advantages(t([1.0, 0.0]), ids([0, 0]), t([0.0, 0.0]))
+
+
+def test_sample_advantages_agent_scale_uses_the_sample_agents():
+    from types import SimpleNamespace
+
+    from marti_trainer.config import AlgorithmConfig
+    from marti_trainer.learner import sample_advantages
+
+    def sample(agent, rnd, reward):
+        return SimpleNamespace(
+            task_id="t", agent=agent, role="debater", round=rnd, reward=reward,
+            response_token_ids=[0] * 4, group_key=("t", agent, rnd),
+        )  # fmt: skip
+
+    # debater_0: round 0 [0.5, 0] (discounted), round 1 [1, 0]; debater_1: round 0 [1, 0].
+    samples = [sample("debater_0", 0, 0.5), sample("debater_0", 0, 0.0),
+               sample("debater_0", 1, 1.0), sample("debater_0", 1, 0.0),
+               sample("debater_1", 0, 1.0), sample("debater_1", 0, 0.0)]  # fmt: skip
+    # debater_0: c = [0.25, -0.25, 0.5, -0.5], sigma = sqrt((2 * 0.0625 + 2 * 0.25) / 4)
+    #   = sqrt(0.15625) = 0.395285 -> [0.632456, -0.632456, 1.264911, -1.264911];
+    # debater_1: c = [0.5, -0.5], sigma = 0.5 -> [1, -1].
+    adv = sample_advantages(samples, None, AlgorithmConfig(advantage="agent_scale"), 32)
+    expected = torch.tensor([0.632456, -0.632456, 1.264911, -1.264911, 1.0, -1.0])
+    assert torch.allclose(adv, expected, atol=1e-5)
 
 
 # --- RLOO ----------------------------------------------------------------------------------
@@ -283,6 +344,7 @@ def test_compute_advantages_dispatches_by_name():
     assert set(ADVANTAGE_ESTIMATORS) == {
         "grpo",
         "dr_grpo",
+        "agent_scale",
         "rloo",
         "reinforce_pp",
         "reinforce_pp_baseline",

@@ -187,8 +187,10 @@ def test_bad_specs_are_named():
         run_benchmark(["quality:alpha=-1"], ["mad-v0"], config=TINY)
     with pytest.raises(ValueError, match=r"unknown credit method 'qualty'.*did you mean"):
         run_benchmark(["qualty"], ["mad-v0"], config=TINY)
-    with pytest.raises(ValueError, match="expected key=value"):
+    with pytest.raises(ValueError, match=r"'alpha' is not an option setting.*key=value"):
         run_benchmark(["quality:alpha"], ["mad-v0"], config=TINY)
+    with pytest.raises(ValueError, match=r"bad option 'w' in 'my\.py:Mine:w'.*key=value"):
+        run_benchmark(["my.py:Mine:w"], ["mad-v0"], config=TINY)
     with pytest.raises(ValueError, match="unique"):
         run_benchmark(["none", "none"], ["mad-v0"], config=TINY)
     with pytest.raises(ValueError, match=r"BenchConfig\.lr"):
@@ -220,11 +222,13 @@ def test_cli_rejects_options_of_the_other_tier(tmp_path):
 
 @pytest.fixture
 def forget_round_relative():
-    """The docs example registers a method; unregister it after the test."""
-    from marti_env.credit.base import _CREDIT
+    """The docs example registers a method; unregister it (and forget the file ran) after the
+    test."""
+    from marti_env.credit.base import _CREDIT, _FILES
 
     yield
     _CREDIT.pop("round_relative", None)
+    _FILES.pop((REPO / "docs" / "examples" / "my_credit.py").resolve(), None)
 
 
 @pytest.mark.usefixtures("forget_round_relative")

@@ -67,6 +67,46 @@ def test_turn_discounting_is_flagged_and_score_is_not():
         gradient_identical_to_none(outcomes, outcomes, groups, normalize="max")
 
 
+def test_degeneracy_under_agent_scale_keeps_discounting_apart():
+    # agent a: rounds 0 and 1; agent b: round 0. groups (agent, round), scale key = agent.
+    outcomes = [1, 0, 1, 1, 0, 1, 1, 0]
+    groups = [("a", 0)] * 3 + [("a", 1)] * 3 + [("b", 0)] * 2
+    agents = [g[0] for g in groups]
+    # discounting: a's round 0 has b = 0.9, its round 1 b = 1 -> the ratio survives a's one
+    # scale, so it is NOT none's gradient (it is under per-group std)
+    discounted = [0.9 * r for r in outcomes[:3]] + outcomes[3:]
+    assert gradient_identical_to_none(discounted, outcomes, groups)
+    assert not gradient_identical_to_none(discounted, outcomes, groups, "agent_scale", 1e-9, agents)
+    # one slope per agent (a: 2 R + 1 in both rounds, b: 5 R - 3) cancels in the scale
+    per_agent = [2 * r + 1 for r in outcomes[:6]] + [5 * r - 3 for r in outcomes[6:]]
+    assert gradient_identical_to_none(per_agent, outcomes, groups, "agent_scale", 1e-9, agents)
+    assert not gradient_identical_to_none(per_agent, outcomes, groups, "mean")  # b != 1
+    assert gradient_identical_to_none(outcomes, outcomes, groups, "agent_scale", 1e-9, agents)
+    with pytest.raises(ValueError, match="needs one scale key"):
+        gradient_identical_to_none(outcomes, outcomes, groups, "agent_scale")
+    with pytest.raises(ValueError, match="needs one scale key"):
+        gradient_identical_to_none(outcomes, outcomes, groups, "agent_scale", 1e-9, agents[:2])
+
+
+def test_degeneracy_agent_scale_matches_the_trainer_estimator():
+    # the flag's claim, checked on the advantages the trainer computes
+    torch = pytest.importorskip("torch")
+    from marti_trainer.algorithms import agent_scale_advantages, group_ids_from_keys
+
+    outcomes = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    groups = [("a", 0)] * 3 + [("a", 1)] * 3 + [("b", 0)] * 2
+    agents = [g[0] for g in groups]
+    g_ids, a_ids = group_ids_from_keys(groups), group_ids_from_keys(agents)
+
+    def adv(r):
+        return agent_scale_advantages(torch.tensor(r, dtype=torch.float64), g_ids, a_ids)
+
+    per_agent = [2 * r + 1 for r in outcomes[:6]] + [5 * r - 3 for r in outcomes[6:]]
+    discounted = [0.9 * r for r in outcomes[:3]] + outcomes[3:]
+    assert torch.allclose(adv(per_agent), adv(outcomes), atol=1e-9)
+    assert not torch.allclose(adv(discounted), adv(outcomes), atol=1e-3)
+
+
 def test_benchmark_flags_discounting_in_its_table():
     result = run_benchmark(
         ["none", "discounted", "score"], ["mad-v0"], seeds=[0], config=TINY.__class__(

@@ -13,17 +13,32 @@ only by ``assign``. Methods are registered by name::
         def assign(self, episode, rule): ...
 
 and chosen with ``marti_env.make("mad-v0", credit="my_method", alpha=0.3)``.
+
+A method defined outside this package is named the same way everywhere (``make``,
+``env.credit`` of ``marti train`` and ``marti sweep``, ``marti bench credit --methods``) by
+an entry point: ``"package.module:Class"`` (imported) or ``"path/to/file.py:Class"`` (the
+file is run once per process; a relative path is taken from the working directory). The
+class must be a dataclass subclass of :class:`CreditMethod`; registering it is optional
+(unregistered, its ``name`` is the entry point string). :func:`credit_source` gives the
+path and sha256 of the file that defines a method, for the run's records.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import importlib
+import importlib.util
+import inspect
 import math
 import numbers
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from marti_env.record import EpisodeRecord
@@ -162,11 +177,109 @@ def checked_rewards(
     return out
 
 
+_FILES: dict[Path, ModuleType] = {}  # resolved path -> module: each file runs once
+
+
+def load_credit_file(path: str | Path) -> ModuleType:
+    """Run the Python file ``path`` once per process (by resolved path) and return it.
+
+    Running it registers the methods it decorates with :func:`register_credit`; a second
+    call (``--import my.py`` and ``my.py:Class`` in one command) returns the same module
+    instead of registering its classes again.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file raised while running (the error's type and message quoted).
+    """
+    resolved = Path(path).expanduser().resolve()
+    if resolved in _FILES:
+        return _FILES[resolved]
+    if not resolved.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    name = f"_marti_credit_{resolved.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file Python can load")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # any error in the user's file is reported as is
+        del sys.modules[name]
+        raise ValueError(f"running {path} failed: {type(e).__name__}: {e}") from e
+    _FILES[resolved] = module
+    return module
+
+
+def _entry_point_class(spec: str) -> type[CreditMethod]:
+    """The class an entry point ``"package.module:Class"`` or ``"file.py:Class"`` names."""
+    where = f"credit method {spec!r}"
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ValueError(f"{where} is not of the form 'package.module:Class' or 'file.py:Class'")
+    if target in _CREDIT:
+        raise ValueError(
+            f"{where}: {target!r} is a registered method and {attr!r} is not an option "
+            f"setting; options are key=value (e.g. '{target}:{attr}=...')"
+        )
+    try:
+        if target.endswith(".py"):
+            obj: Any = load_credit_file(target)
+        else:
+            obj = importlib.import_module(target)
+    except Exception as e:  # missing file or module, or an error inside it
+        raise ValueError(f"{where}: loading {target!r} failed: {type(e).__name__}: {e}") from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as e:
+            raise ValueError(f"{where}: {target!r} has no attribute {attr!r}") from e
+    if not (isinstance(obj, type) and issubclass(obj, CreditMethod)):
+        raise ValueError(f"{where} is {obj!r}, not a subclass of marti_env.credit.CreditMethod")
+    if not dataclasses.is_dataclass(obj):
+        raise ValueError(f"{where}: {obj.__name__} must be a dataclass (its fields: options)")
+    if "name" not in vars(obj):  # unregistered: it is known by its entry point
+        obj.name = spec
+    return obj
+
+
+def credit_source(spec: str | CreditMethod) -> dict[str, str] | None:
+    """Where a credit method outside ``marti_env`` is defined: ``{"method", "class", "path",
+    "sha256"}`` (the file's absolute path and the sha256 of its bytes now), or ``None``
+    for a built-in method.
+
+    ``spec`` is a name, an entry point or a credit object (its class is looked up).
+
+    Raises:
+        ValueError: an unknown method (as :func:`make_credit`).
+    """
+    cls = type(spec) if isinstance(spec, CreditMethod) else _credit_class(spec)
+    if cls.__module__.split(".")[0] == "marti_env":
+        return None
+    out = {
+        "method": spec.name if isinstance(spec, CreditMethod) else spec,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "path": "",  # stays empty for a class defined in an interactive session
+        "sha256": "",
+    }
+    try:
+        path = Path(inspect.getfile(cls)).resolve()
+    except (TypeError, OSError):
+        return out
+    if path.is_file():
+        out.update(path=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
 def _credit_class(name: str) -> type[CreditMethod]:
+    if isinstance(name, str) and name not in _CREDIT and ":" in name:
+        return _entry_point_class(name)
     if not isinstance(name, str) or name not in _CREDIT:
         raise ValueError(
             f"unknown credit method {name!r}{_suggest(str(name), _CREDIT)}; "
-            f"registered: {', '.join(sorted(_CREDIT))}"
+            f"registered: {', '.join(sorted(_CREDIT))}; or an entry point "
+            "'package.module:Class' or 'path/to/file.py:Class'"
         )
     return _CREDIT[name]
 

@@ -8,6 +8,11 @@ trains identically, whatever it is called. Turn discounting (``r_t = gamma^(K - 
 one ``b_g`` per round) is the standard example; so are ``leave_one_out``/``shapley`` where
 the final-answer rule reads one agent.
 
+Other normalisations keep more: with mean-only centring (Dr. GRPO) only ``b = 1`` is
+identical, and with ``agent_scale`` (centring, then one scale per agent over the batch)
+only a ``b`` shared by all of an agent's groups is, so turn discounting is *not* identical
+there.
+
 The check runs on a batch of finished episodes before any training (no gradient needed):
 :func:`gradient_identical_to_none`.
 """
@@ -19,8 +24,8 @@ from typing import Literal
 
 import numpy as np
 
-Normalization = Literal["std", "mean"]
-NORMALIZATIONS: tuple[str, ...] = ("std", "mean")
+Normalization = Literal["std", "mean", "agent_scale"]
+NORMALIZATIONS: tuple[str, ...] = ("std", "mean", "agent_scale")
 
 
 def affine_fit(rewards: Sequence[float], outcomes: Sequence[float]) -> tuple[float, float, float]:
@@ -50,6 +55,7 @@ def gradient_identical_to_none(
     groups: Sequence[Hashable],
     normalize: Normalization = "std",
     tol: float = 1e-9,
+    scale_keys: Sequence[Hashable] | None = None,
 ) -> bool:
     """True if every advantage group's rewards give ``none``'s advantages exactly.
 
@@ -60,11 +66,18 @@ def gradient_identical_to_none(
       constant where ``R`` is, and ``r = a + b R`` with ``b > 0`` where ``R`` varies.
     * ``"mean"`` (``A = r - mean``): identical iff ``r = a + R`` (``b = 1``) where ``R``
       varies, and ``r`` constant where ``R`` is.
+    * ``"agent_scale"`` (``A = (r - mean) / sigma_k``, one ``sigma_k`` per ``scale_keys``
+      value, e.g. per agent, over the whole batch: the trainer's ``algorithm.advantage=
+      agent_scale``): identical iff ``r`` is constant where ``R`` is, and ``r = a_g + b R``
+      where ``R`` varies with one ``b > 0`` shared by all groups of the same scale key (the
+      common ``b`` cancels in ``sigma_k``; a ``b`` that differs between groups, e.g. turn
+      discounting, survives). ``scale_keys`` is required, one per entry.
 
     Residuals up to ``tol`` times the rewards' scale count as exact.
 
     Raises:
-        ValueError: unequal lengths, no entries or an unknown ``normalize``.
+        ValueError: unequal lengths, no entries, an unknown ``normalize``, or
+            ``scale_keys`` missing (or of another length) for ``"agent_scale"``.
     """
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
@@ -73,12 +86,19 @@ def gradient_identical_to_none(
             f"gradient_identical_to_none: {len(rewards)} rewards, {len(outcomes)} outcomes "
             f"and {len(groups)} group keys (need equal, non-zero counts)"
         )
+    if normalize == "agent_scale" and (scale_keys is None or len(scale_keys) != len(rewards)):
+        raise ValueError(
+            f"normalize='agent_scale' needs one scale key (agent) per entry: "
+            f"{len(rewards)} rewards, {'no' if scale_keys is None else len(scale_keys)} "
+            f"scale keys"
+        )
     members: dict[Hashable, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
     r_all = np.asarray(rewards, dtype=float)
     x_all = np.asarray(outcomes, dtype=float)
     scale = max(1.0, float(np.max(np.abs(r_all))))
+    slopes: dict[Hashable, float] = {}  # agent_scale: the b each scale key's groups share
     for index in members.values():
         r, x = r_all[index], x_all[index]
         a, b, residual = affine_fit(r, x)
@@ -90,4 +110,9 @@ def gradient_identical_to_none(
             continue
         if b <= tol or (normalize == "mean" and abs(b - 1.0) > tol * scale):
             return False
+        if normalize == "agent_scale":
+            keys = {scale_keys[i] for i in index}  # type: ignore[index]
+            for key in keys:
+                if abs(slopes.setdefault(key, b) - b) > tol * max(1.0, abs(b)):
+                    return False
     return True

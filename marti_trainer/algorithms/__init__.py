@@ -1,7 +1,8 @@
 """The RL math of the trainer as small pure functions on tensors.
 
-* :mod:`~marti_trainer.algorithms.advantages`: GRPO, Dr. GRPO, RLOO, REINFORCE++ and
-  REINFORCE++-baseline advantages, and the ``compute_advantages`` registry.
+* :mod:`~marti_trainer.algorithms.advantages`: GRPO, Dr. GRPO (and its per-agent-scaled
+  variant ``agent_scale``), RLOO, REINFORCE++ and REINFORCE++-baseline advantages, and the
+  ``compute_advantages`` registry.
 * :mod:`~marti_trainer.algorithms.kl`: Schulman's k1/k2/k3 per-token KL estimators.
 * :mod:`~marti_trainer.algorithms.losses`: the clipped policy loss (clip-higher), loss
   aggregation modes, KL as a loss term or as a reward penalty, entropy and log-probabilities
@@ -14,6 +15,7 @@ Each function documents its shapes, its formula and the paper it follows.
 
 from marti_trainer.algorithms.advantages import (
     ADVANTAGE_ESTIMATORS,
+    agent_scale_advantages,
     compute_advantages,
     dr_grpo_advantages,
     group_ids_from_keys,
@@ -47,6 +49,7 @@ __all__ = [
     "KLKind",
     "LossAggregation",
     "PolicyLossStats",
+    "agent_scale_advantages",
     "aggregate_loss",
     "compute_advantages",
     "dr_grpo_advantages",

@@ -6,10 +6,11 @@ same situation and are compared with each other. Upstream, a group is keyed by
 ``(task, agent, turn)``; :func:`group_ids_from_keys` turns such keys into ids. Ids need not be
 contiguous or sorted, and groups may have different sizes.
 
-Group estimators (``grpo``, ``dr_grpo``, ``rloo``) return ``Tensor[B]``, one advantage per
-sequence (``losses.policy_loss`` broadcasts it over the tokens). The REINFORCE++ estimators
-return ``Tensor[B, T]``, per token. A group whose rewards are all equal (a group of one
-included) carries no learning signal: all group estimators give it exactly 0.
+Group estimators (``grpo``, ``dr_grpo``, ``agent_scale``, ``rloo``) return ``Tensor[B]``,
+one advantage per sequence (``losses.policy_loss`` broadcasts it over the tokens). The
+REINFORCE++ estimators return ``Tensor[B, T]``, per token. A group whose rewards are all
+equal (a group of one included) carries no learning signal: all group estimators give it
+exactly 0.
 
 Rewards are data: these functions do not differentiate through them.
 """
@@ -143,6 +144,44 @@ def dr_grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     _check_groups(rewards, group_ids)
     stats = _group_stats(rewards, group_ids)
     return torch.where(stats.constant, torch.zeros_like(rewards), rewards - stats.mean)
+
+
+def agent_scale_advantages(
+    rewards: Tensor, group_ids: Tensor, scale_ids: Tensor, eps: float = 1e-6
+) -> Tensor:
+    """Mean-only centring in the group, then one scale per agent over the whole batch.
+
+    ``c_i = r_i - mean_g(r)`` (Dr. GRPO's centring, Liu et al. 2025, arXiv:2503.20783, which
+    drops GRPO's per-group std), then ``A_i = c_i / (sigma_a + eps)`` with
+    ``sigma_a = sqrt(mean_{j: a(j) = a} c_j^2)``, the root mean square of the centred rewards
+    of all samples of ``i``'s agent ``a`` (``scale_ids``) in the batch. The per-agent scale
+    is this library's choice, not from a paper: it keeps the learning rate comparable across
+    agents whose rewards live on different scales, while, unlike GRPO's per-group std, it
+    keeps the differences of reward spread between one agent's groups (a round whose credit
+    is scaled by ``b_g`` keeps that weight instead of being standardised back to 1). When
+    the agent's samples are whole groups (``group_by=agent``) ``sigma_a`` is the population
+    standard deviation of its centred rewards (their mean is 0).
+
+    Constant groups, and every sample of an agent whose groups are all constant, give
+    exactly 0. Hand values: rewards ``[1, 0, 2, 0]``, groups ``[0, 0, 1, 1]``, one agent:
+    ``c = [0.5, -0.5, 1, -1]``, ``sigma = sqrt(2.5 / 4)``, ``A = c / 0.7906 = [0.632, -0.632,
+    1.265, -1.265]`` (GRPO would give ``±0.707`` in both groups).
+
+    Args:
+        rewards: ``Tensor[B]``, float.
+        group_ids: ``Tensor[B]``, integer: the baseline groups.
+        scale_ids: ``Tensor[B]``, integer: which agent (scale) each sample belongs to.
+        eps: added to ``sigma_a``.
+
+    Returns:
+        ``Tensor[B]``.
+    """
+    _check_groups(rewards, group_ids)
+    _check_groups(rewards, scale_ids)
+    centred = dr_grpo_advantages(rewards, group_ids)
+    agents = _group_stats(centred.square(), scale_ids)  # mean of c^2 per agent
+    advantages = centred / (agents.mean.sqrt() + eps)
+    return torch.where(centred == 0, torch.zeros_like(rewards), advantages)  # 0/0 with eps=0
 
 
 def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
@@ -326,12 +365,13 @@ def reinforce_pp_baseline_advantages(
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
+    "agent_scale": agent_scale_advantages,
     "rloo": rloo_advantages,
     "reinforce_pp": reinforce_pp_advantages,
     "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
 }
-"""Name -> estimator. ``grpo``, ``dr_grpo``, ``rloo`` return ``Tensor[B]``; the others
-``Tensor[B, T]``."""
+"""Name -> estimator. ``grpo``, ``dr_grpo``, ``agent_scale``, ``rloo`` return ``Tensor[B]``;
+the others ``Tensor[B, T]``."""
 
 
 def compute_advantages(name: str, /, **kwargs: object) -> Tensor:

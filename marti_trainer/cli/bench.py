@@ -20,7 +20,10 @@ Tiers:
     marti bench credit --tier llm --methods none,quality,leave_one_out --out runs/llm_credit
 
 A method is a registered name, optionally with options: ``quality:alpha=0.3:scope=agent``
-(the whole string is its label in the table). ``--import my_credit.py`` (a file or a
+(the whole string is its label in the table), or an entry point to a method outside the
+library: ``my_credit.py:MyMethod:w=1`` or ``my_pkg.credit:MyMethod`` (as ``marti train``'s
+``env.credit``). ``results.json`` records each such method's file path and sha256
+(``credit_sources``). ``--import my_credit.py`` (a file or a
 module name, repeatable) runs a file that registers new methods before the benchmark, so
 they can be named in ``--methods``. An env may carry ``make`` overrides the same way:
 ``mad-v0:num_agents=4``.
@@ -41,8 +44,9 @@ Only numpy and scipy are imported when the fast tier runs; matplotlib only to dr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
-import importlib.util
+import json
 import os
 import sys
 import time
@@ -138,15 +142,14 @@ def _seeds(text: str) -> list[int]:
 
 
 def import_methods(target: str) -> None:
-    """Run a ``.py`` file or import a module (to register credit methods)."""
+    """Run a ``.py`` file (once per process, shared with ``file.py:Class`` method specs) or
+    import a module (to register credit methods)."""
     if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
+        from marti_env.credit import load_credit_file
+
+        if not Path(target).is_file():
             raise FileNotFoundError(f"--import {target}: no such file")
-        spec = importlib.util.spec_from_file_location(f"_marti_bench_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[spec.name] = module  # type: ignore[union-attr]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        load_credit_file(target)
     else:
         try:
             importlib.import_module(target)
@@ -156,6 +159,35 @@ def import_methods(target: str) -> None:
             raise ValueError(
                 f"--import {target}: no such module (or give a path ending in .py)"
             ) from e
+
+
+def credit_sources(methods: list[str], imports: list[str]) -> dict[str, Any]:
+    """``{"methods": {label: credit_source}, "imports": [{"path", "sha256"}]}`` for the
+    methods defined outside ``marti_env`` (their file's path and sha256) and the
+    ``--import`` files."""
+    from marti_env.credit import credit_source
+    from marti_env.credit.bench.harness import split_spec
+
+    out: dict[str, Any] = {"methods": {}, "imports": []}
+    for label in methods:
+        source = credit_source(split_spec(label)[0])
+        if source is not None:
+            out["methods"][label] = source
+    for target in imports:
+        if target.endswith(".py"):
+            path = Path(target).resolve()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            out["imports"].append({"import": target, "path": str(path), "sha256": digest})
+        else:
+            out["imports"].append({"import": target, "path": "", "sha256": ""})
+    return out
+
+
+def _record_sources(json_path: Path, methods: list[str], imports: list[str]) -> None:
+    """Add ``credit_sources`` (:func:`credit_sources`) to the written ``results.json``."""
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    data["credit_sources"] = credit_sources(methods, imports)
+    json_path.write_text(json.dumps(data, indent=1, allow_nan=False), encoding="utf-8")
 
 
 def _check_tier_options(args: argparse.Namespace) -> None:
@@ -189,8 +221,9 @@ def run_credit_bench(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--config {path}: no such file (give a training config)")
         base = load_config(path, args.overrides)
+        methods = _csv(args.methods or LLM_DEFAULTS["methods"], "methods")
         result = run_llm_benchmark(
-            _csv(args.methods or LLM_DEFAULTS["methods"], "methods"),
+            methods,
             _csv(args.envs or LLM_DEFAULTS["envs"], "envs"),
             _seeds(args.seeds or LLM_DEFAULTS["seeds"]),
             base, out, log=log,
@@ -203,6 +236,7 @@ def run_credit_bench(args: argparse.Namespace) -> int:
         result = run_benchmark(methods, envs, _seeds(args.seeds or "0,1,2"), config, log=log)
     print(result.table())
     paths = write_outputs(result, out, plot_png=not args.no_plot)
+    _record_sources(paths["json"], methods, args.imports)
     if not args.quiet:
         print(
             f"\n{time.perf_counter() - start:.0f}s; wrote "

@@ -36,7 +36,8 @@ def sample_advantages(
 ) -> Tensor:
     """Advantages of one agent's (or one model's) samples from their credited rewards.
 
-    Groups are :func:`~marti_trainer.rollout.group_key_of` under ``cfg.group_by``. With
+    Groups are :func:`~marti_trainer.rollout.group_key_of` under ``cfg.group_by``;
+    ``agent_scale``'s scales are per ``sample.agent``. With
     ``cfg.overlong_penalty > 0`` each reward first gets that weight times DAPO's soft
     overlong penalty of its length against ``max_tokens`` (the rollout budget). REINFORCE++
     estimators get the per-token KL to the reference when ``cfg.kl_in_reward``.
@@ -51,6 +52,9 @@ def sample_advantages(
     groups = group_ids_from_keys([group_key_of(s, cfg.group_by) for s in samples])
     if name in ("grpo", "dr_grpo", "rloo"):
         return compute_advantages(name, rewards=rewards, group_ids=groups)
+    if name == "agent_scale":  # one scale per agent, whatever the groups pool
+        agents = group_ids_from_keys([s.agent for s in samples])
+        return compute_advantages(name, rewards=rewards, group_ids=groups, scale_ids=agents)
     token_kl = None
     if cfg.kl_in_reward and batch.ref_logprobs is not None:
         token_kl = kl_estimate(batch.rollout_logprobs, batch.ref_logprobs, "k1")

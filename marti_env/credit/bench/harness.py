@@ -204,7 +204,12 @@ def parse_value(text: str) -> Any:
 
 
 def split_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"quality:alpha=0.3"`` -> ``("quality", {"alpha": 0.3})``. A second part without
+    ``=`` belongs to the name: an entry point ``"my_credit.py:Mine:w=1"`` -> ``("my_credit.py:
+    Mine", {"w": 1})`` (see ``marti_env.credit.base``)."""
     name, *pairs = spec.strip().split(":")
+    if pairs and "=" not in pairs[0]:
+        name = f"{name}:{pairs.pop(0)}"
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
