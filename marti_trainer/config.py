@@ -183,8 +183,10 @@ class RolloutConfig(Section):
     section: ClassVar[str] = "rollout"
 
     backend: Literal["hf", "vllm"] = setting("hf", "Generation backend of the rollout policies.")
-    dtype: Literal["float32", "bfloat16"] = setting(
-        "bfloat16", "Weights of the rollout copy (the trainer keeps fp32 master weights)."
+    dtype: Literal["auto", "float32", "bfloat16"] = setting(
+        "auto",
+        "Weights of the rollout copy (the trainer keeps fp32 master weights). auto = follow "
+        "optim.precision (bfloat16 with bf16, float32 with fp32: marti_trainer.precision).",
     )
     tasks_per_step: int = setting(4, "Distinct tasks drawn per training step.", Range(1, 100_000))
     n_samples: int = setting(
@@ -275,8 +277,12 @@ class OptimConfig(Section):
 
     engine: Literal["torch", "deepspeed"] = setting("torch", "Training engine.")
     zero_stage: int = setting(0, "DeepSpeed ZeRO stage 0-3 (engine=deepspeed).", Range(0, 3))
-    precision: Literal["fp32", "bf16"] = setting(
-        "bf16", "bf16 = bf16 autocast over fp32 master weights; fp32 = full precision."
+    precision: Literal["auto", "fp32", "bf16"] = setting(
+        "auto",
+        "bf16 = bf16 autocast over fp32 master weights; fp32 = full precision; auto = bf16 on "
+        "a GPU that supports it and on a CPU with native bf16 (avx512_bf16 or amx_bf16), else "
+        "fp32 (the rule and its measurements: marti_trainer.precision). The choice is printed "
+        "at the start of a run and saved in its run.json.",
     )
     lr: float = setting(1e-5, "Peak learning rate of AdamW.", Range(0, 1, lo_open=True))
     weight_decay: float = setting(0.0, "AdamW weight decay.", Range(0, 10))

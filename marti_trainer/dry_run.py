@@ -157,6 +157,7 @@ class RunPlan:
     agents: list[str]
     units: list[tuple[str, list[str]]]
     device: str
+    precision: str = ""
     placements: list[Placement] = field(default_factory=list)
     activation_bytes: int | None = None
     turns_per_episode: int = 0
@@ -219,6 +220,13 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     built = cfg.env.build()
     agents = list(built.probe.possible_agents)
     m = cfg.model
+    device = _device(m.device)
+    # torch (through marti_trainer.precision) only once a plan is made, not on import
+    import torch
+
+    from marti_trainer.precision import resolve_config
+
+    cfg, choice = resolve_config(cfg, torch.device(device))
     units = [("policy", agents)] if m.sharing in ("shared", "lora") else [(a, [a]) for a in agents]
     model_dir, error = _model_dir(m.name)
     arch: dict[str, Any] | None = None
@@ -244,7 +252,8 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         architecture=arch,
         agents=agents,
         units=[(name, list(members)) for name, members in units],
-        device=_device(m.device) if cfg.distributed.backend == "local" else "per Ray actor",
+        device=device if cfg.distributed.backend == "local" else "per Ray actor",
+        precision=f"{choice.precision}, rollout dtype {choice.rollout_dtype} ({choice.reason})",
         turns_per_episode=turns,
         eval_chunk_rows=(e.chunk_tasks or len(built.eval_tasks)) * max(widths) * max(1, e.samples),
         generations_per_step=r.tasks_per_step * r.n_samples * turns,
@@ -338,6 +347,7 @@ def format_plan(plan: RunPlan) -> str:
         lines.append(f"error: model {plan.model!r} {plan.model_error}")
     lines += ["", "# placement"]
     lines.append(f"device: {plan.device}; agents: {', '.join(plan.agents)}")
+    lines.append(f"precision: {plan.precision}")
     lines.append("units: " + "; ".join(f"{n} <- {', '.join(members)}" for n, members in plan.units))
     for p in plan.placements:
         size = "size unknown" if p.bytes is None else f"~{_gib(p.bytes)} of model states"

@@ -38,6 +38,7 @@ from marti_trainer.learner import LossFn, TrainBatch, score_with
 from marti_trainer.models import resolve_model
 from marti_trainer.policies import Policy, make_policy
 from marti_trainer.policies.capabilities import GeneratesEach
+from marti_trainer.precision import resolve_config
 
 __all__ = ["Team", "Unit", "build_team", "make_rollout_policy", "resolve_device"]
 
@@ -207,8 +208,9 @@ def make_rollout_policy(
     """The rollout policy ``cfg.rollout`` describes (local teams and Ray rollout workers).
 
     ``model``: generate with this training model itself (hf backend, in place); ``device``:
-    where the hf backend loads its copy.
+    where the hf backend loads its copy. ``rollout.dtype: auto`` is resolved for ``device``.
     """
+    cfg, _ = resolve_config(cfg, torch.device(device))
     if cfg.rollout.backend == "hf":
         kwargs: dict[str, Any] = {"batch_size": cfg.rollout.batch_size, "seed": cfg.seed}
         if model is not None:  # generate with the training model itself (fp32, in place)
@@ -235,6 +237,7 @@ def build_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_ref: b
     """Models, engines and rollout policies for ``cfg.model.sharing`` (see module docstring)."""
     model_dir = resolve_model(cfg.model.name)
     device = resolve_device(cfg.model.device)
+    cfg, _ = resolve_config(cfg, device)  # precision and rollout dtype "auto"
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     steps = cfg.total_steps * cfg.algorithm.updates_per_batch
     in_place = (

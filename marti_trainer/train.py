@@ -49,8 +49,9 @@ from marti_trainer.learner import make_loss_fn, update_unit
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.plots import plot_run
 from marti_trainer.policies import SamplingParams
+from marti_trainer.precision import resolve_config
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
-from marti_trainer.team import Team, build_team
+from marti_trainer.team import Team, build_team, resolve_device
 
 __all__ = ["TaskSampler", "evaluate_heldout", "train"]
 
@@ -269,6 +270,12 @@ def train(
         stop_at_step: Stop after this step as if the process were killed there (no final
             evaluation, plots or summary); for time-boxed jobs and resume tests.
     """
+    cfg, precision = resolve_config(cfg, resolve_device(cfg.model.device))
+    print(
+        f"precision: {precision.precision}, rollout dtype: {precision.rollout_dtype} "
+        f"({precision.reason})",
+        file=sys.stderr,
+    )
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     built = cfg.env.build()  # before any model: bad settings are refused naming their key
@@ -297,7 +304,12 @@ def train(
         _fresh_start(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    _write_run_metadata(run_dir, start, {"train_tasks": train_source, "eval_tasks": eval_source})
+    _write_run_metadata(
+        run_dir,
+        start,
+        {"train_tasks": train_source, "eval_tasks": eval_source},
+        precision.as_dict(),
+    )
     _record_credit_source(run_dir, cfg.env.credit)
     logger = MetricsLogger(
         run_dir, cfg.log.tensorboard, cfg.total_steps if cfg.log.progress else None, start
@@ -367,9 +379,12 @@ def train(
     return TrainResult(run_dir, summary, history, None, cfg.total_steps, checkpoint)
 
 
-def _write_run_metadata(run_dir: Path, start: int, sources: dict[str, TaskSource]) -> None:
+def _write_run_metadata(
+    run_dir: Path, start: int, sources: dict[str, TaskSource], precision: dict[str, str]
+) -> None:
     """``run.json``: versions, and each start (fresh or resumed) of the run with the size of
-    its task sources and the data rows they skipped (``on_error: skip``)."""
+    its task sources, the data rows they skipped (``on_error: skip``) and the precision it
+    ran at (with the reason, e.g. the rule that resolved ``auto``)."""
     path = run_dir / "run.json"
     meta = json.loads(path.read_text()) if start > 0 and path.is_file() else {"sessions": []}
     data = {}
@@ -393,6 +408,7 @@ def _write_run_metadata(run_dir: Path, start: int, sources: dict[str, TaskSource
                 "transformers": transformers.__version__,
             },
             "data": data,
+            "precision": precision,
         }
     )
     path.write_text(json.dumps(meta, indent=1) + "\n")

@@ -133,6 +133,10 @@ def test_run_writes_metrics_checkpoints_plots_and_summary(tiny_dir, tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 3 and "accuracy_after" in summary
     assert (run / "transcripts.jsonl").read_text().count("\n") == 3 * 2 * 2  # steps x episodes
+    (session,) = json.loads((run / "run.json").read_text())["sessions"]
+    assert session["precision"] == {
+        "precision": "fp32", "rollout_dtype": "float32", "reason": "set explicitly"
+    }  # fmt: skip
 
 
 def test_killed_and_resumed_run_reproduces_the_uninterrupted_losses(tiny_dir, tmp_path):

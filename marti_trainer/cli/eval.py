@@ -185,6 +185,20 @@ def check_eval_args(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} must be {allowed}, got {value!r}")
 
 
+def _rollout_dtype(cfg: Any) -> str:
+    """A run's ``rollout.dtype``, with ``auto`` resolved for this machine (runs save the
+    concrete value; a hand-written config.yaml may still say ``auto``)."""
+    if cfg.rollout.dtype != "auto":
+        return cfg.rollout.dtype
+    # torch is imported only when a subcommand runs, never to build the parser
+    import torch
+
+    from marti_trainer.precision import resolve_precision
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return resolve_precision(cfg.optim.precision, "auto", device).rollout_dtype
+
+
 def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
     """Fill unset flags: from the run's config with ``--checkpoint`` (its env, env.kwargs and
     greedy held-out settings), else the plain defaults. Returns the env kwargs."""
@@ -204,7 +218,7 @@ def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
     run = {
         "k": max(1, e.samples), "temperature": e.temperature if e.samples else 0.0,
         "max_tokens": e.max_tokens or cfg.rollout.max_tokens, "mode": "sync", "seed": cfg.seed,
-        "dtype": cfg.rollout.dtype, "batch_size": cfg.rollout.batch_size,
+        "dtype": _rollout_dtype(cfg), "batch_size": cfg.rollout.batch_size,
         "chunk_tasks": e.chunk_tasks,
     }  # fmt: skip
     for key, value in run.items():

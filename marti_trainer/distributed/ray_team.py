@@ -45,7 +45,8 @@ from marti_trainer.distributed.ray_cluster import (
 from marti_trainer.distributed.ray_policy import RayPolicy
 from marti_trainer.learner import LossFn, TrainBatch
 from marti_trainer.models import resolve_model
-from marti_trainer.team import GreedyDedup
+from marti_trainer.precision import resolve_config
+from marti_trainer.team import GreedyDedup, resolve_device
 
 __all__ = ["RayTeam", "RemoteEngine", "RemoteUnit", "build_ray_team"]
 
@@ -218,6 +219,8 @@ def build_ray_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_re
         DeadActorError: an actor failed to start (``during_start``; the cause is in the
             message, e.g. a model missing on that node).
     """
+    # "auto" precision and rollout dtype resolved once, here, for every actor alike
+    cfg, _ = resolve_config(cfg, resolve_device(cfg.model.device))
     d = cfg.distributed
     started = init_ray(d)
     actors: list[Any] = []

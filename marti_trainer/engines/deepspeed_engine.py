@@ -28,6 +28,7 @@ from marti_trainer.engines.base import Engine, MetricSum, lr_lambda, work_metric
 from marti_trainer.flops import model_size
 from marti_trainer.learner import LossFn, TrainBatch
 from marti_trainer.models import cache_dir
+from marti_trainer.precision import concrete_precision
 
 __all__ = ["DeepSpeedEngine", "ds_config", "init_distributed"]
 
@@ -67,7 +68,7 @@ def ds_config(cfg: OptimConfig) -> dict[str, Any]:
         "managed_gradient_accumulation": False,
         "gradient_clipping": cfg.max_grad_norm,
         "zero_optimization": {"stage": cfg.zero_stage},
-        "bf16": {"enabled": cfg.precision == "bf16"},
+        "bf16": {"enabled": cfg.precision == "bf16"},  # "auto" is resolved by the engine
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
@@ -88,7 +89,9 @@ class DeepSpeedEngine(Engine):
         init_distributed()
         # deepspeed is optional and heavy: imported on use
         import deepspeed
+        from deepspeed.accelerator import get_accelerator
 
+        cfg = concrete_precision(cfg, torch.device(get_accelerator().device_name()))
         self.cfg = cfg
         self.loss_fn = loss_fn
         params = (

@@ -26,6 +26,7 @@ from marti_trainer.config import OptimConfig
 from marti_trainer.engines.base import Engine, MetricSum, lr_lambda, work_metrics
 from marti_trainer.flops import model_size
 from marti_trainer.learner import LossFn, TrainBatch
+from marti_trainer.precision import concrete_precision
 
 __all__ = ["TorchEngine"]
 
@@ -43,7 +44,6 @@ class TorchEngine(Engine):
         activate: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
-        self.cfg = cfg
         self.loss_fn = loss_fn
         self.activate = activate
         self.params = (
@@ -53,6 +53,7 @@ class TorchEngine(Engine):
         )
         if not self.params:
             raise ValueError("TorchEngine: no trainable parameters")
+        self.cfg = concrete_precision(cfg, self.params[0].device)
         if any(p.dtype != torch.float32 for p in self.params):
             raise ValueError("TorchEngine keeps fp32 master weights: load the model in float32")
         self.optimizer = torch.optim.AdamW(

@@ -26,6 +26,7 @@ from marti_trainer.algorithms import logprobs_from_logits
 from marti_trainer.config import TrainConfig
 from marti_trainer.kv_cache import cache_kwargs, cache_layers, output_cache
 from marti_trainer.learner.batch import TrainBatch
+from marti_trainer.precision import concrete_precision
 from marti_trainer.prompt_tree import PromptTree
 
 __all__ = ["forward_logprobs", "score_batch", "score_with"]
@@ -188,9 +189,10 @@ def score_batch(
 def score_with(model: torch.nn.Module, batch: TrainBatch, cfg: TrainConfig) -> Tensor:
     """:func:`score_batch` with a run's settings: its micro-batch budget, rollout
     temperature, prompt sharing and (``optim.precision == "bf16"``) bf16 autocast."""
+    device = next(model.parameters()).device
     ctx = (
-        torch.autocast(next(model.parameters()).device.type, torch.bfloat16)
-        if cfg.optim.precision == "bf16"
+        torch.autocast(device.type, torch.bfloat16)
+        if concrete_precision(cfg.optim, device).precision == "bf16"
         else contextlib.nullcontext()
     )
     with ctx:

@@ -1,0 +1,136 @@
+"""``precision: auto`` and ``dtype: auto``: which number format a run trains and generates in.
+
+One job: turn ``optim.precision`` and ``rollout.dtype`` settings of ``auto`` into a concrete
+choice for the device the run uses, with the reason, so that the run's header and
+``run.json`` can say what was chosen and why. An explicit setting always wins.
+
+The rule (:func:`choose_precision`), from the per-phase profile
+(``benchmarks/bench_quickstart.py``, README "Where a training step's time goes"):
+
+- CUDA: bf16 (autocast over fp32 master weights, bf16 rollout weights) when the GPU supports
+  it (``torch.cuda.is_bf16_supported()``), else fp32.
+- CPU with native bf16 dot products (the ``avx512_bf16`` or ``amx_bf16`` flag): bf16. On two
+  such CPUs the quick start's step took 65 s in bf16 against 135 s in fp32 (AMD EPYC,
+  avx512_bf16) and 56 s against 97 s (an Intel Xeon with avx512_bf16, no AMX), although a
+  plain fp32 matmul probe was *faster* than bf16 on the Xeon: the step's own kernels, not a
+  matmul probe, decide.
+- Any other CPU: fp32 (bf16 there is emulated; not measured on such a CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from marti_trainer.config import OptimConfig, TrainConfig
+
+__all__ = [
+    "PrecisionChoice",
+    "choose_precision",
+    "concrete_precision",
+    "cpu_bf16_flags",
+    "resolve_config",
+    "resolve_precision",
+]
+
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The concrete settings and why.
+
+    Attributes:
+        precision: ``"bf16"`` or ``"fp32"`` (``optim.precision``).
+        rollout_dtype: ``"bfloat16"`` or ``"float32"`` (``rollout.dtype``).
+        reason: One line: the rule that chose, or ``"set explicitly"``.
+    """
+
+    precision: str
+    rollout_dtype: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "precision": self.precision,
+            "rollout_dtype": self.rollout_dtype,
+            "reason": self.reason,
+        }
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
+    """The native-bf16 flags this CPU reports in ``/proc/cpuinfo`` (empty where unreadable)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return [f for f in NATIVE_BF16_FLAGS if f in flags]
+
+
+def choose_precision(device_type: str, cuda_bf16: bool, cpu_flags: list[str]) -> tuple[str, str]:
+    """``(precision, reason)`` for ``auto`` by the module docstring's rule.
+
+    Args:
+        device_type: ``"cuda"`` or ``"cpu"`` (the trained model's device).
+        cuda_bf16: Whether the GPU supports bf16 (ignored on a CPU).
+        cpu_flags: The CPU's native-bf16 flags (:func:`cpu_bf16_flags`; ignored on a GPU).
+    """
+    if device_type == "cuda":
+        if cuda_bf16:
+            return "bf16", "auto: a GPU with bf16 support"
+        return "fp32", "auto: this GPU does not support bf16"
+    if cpu_flags:
+        return "bf16", f"auto: a CPU with native bf16 ({', '.join(cpu_flags)})"
+    return "fp32", "auto: a CPU without native bf16 (no avx512_bf16 or amx_bf16 flag)"
+
+
+def resolve_precision(precision: str, rollout_dtype: str, device: torch.device) -> PrecisionChoice:
+    """``optim.precision`` and ``rollout.dtype`` with ``auto`` replaced for ``device``.
+
+    An explicit value is kept. ``rollout.dtype: auto`` follows the training precision (bf16
+    rollout weights with bf16 training, fp32 with fp32, which lets the hf backend generate
+    with the training model in place).
+    """
+    if precision not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"optim.precision must be auto, bf16 or fp32, got {precision!r}")
+    if rollout_dtype not in ("auto", "bfloat16", "float32"):
+        raise ValueError(f"rollout.dtype must be auto, bfloat16 or float32, got {rollout_dtype!r}")
+    if precision == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        flags = cpu_bf16_flags() if device.type != "cuda" else []
+        precision, reason = choose_precision(device.type, cuda_bf16, flags)
+    else:
+        reason = "set explicitly"
+    if rollout_dtype == "auto":
+        rollout_dtype = "bfloat16" if precision == "bf16" else "float32"
+    return PrecisionChoice(precision, rollout_dtype, reason)
+
+
+def resolve_config(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig, PrecisionChoice]:
+    """``cfg`` with ``optim.precision`` and ``rollout.dtype`` concrete for ``device``, and
+    the choice (for the run's header and ``run.json``)."""
+    choice = resolve_precision(cfg.optim.precision, cfg.rollout.dtype, device)
+    resolved = dataclasses.replace(
+        cfg,
+        optim=dataclasses.replace(cfg.optim, precision=choice.precision),
+        rollout=dataclasses.replace(cfg.rollout, dtype=choice.rollout_dtype),
+    )
+    return resolved, choice
+
+
+def concrete_precision(cfg: OptimConfig, device: torch.device) -> OptimConfig:
+    """``cfg`` with ``precision: auto`` resolved for ``device`` (engines built outside
+    :func:`marti_trainer.train.train`, which resolves the whole config first)."""
+    if cfg.precision != "auto":
+        return cfg
+    return dataclasses.replace(cfg, precision=resolve_precision("auto", "auto", device).precision)

@@ -1,0 +1,70 @@
+"""``precision: auto``: the rule, the flags it reads, and that an explicit setting wins."""
+
+from __future__ import annotations
+
+import torch
+
+from marti_trainer.config import OptimConfig, TrainConfig
+from marti_trainer.engines.torch_engine import TorchEngine
+from marti_trainer.precision import (
+    choose_precision,
+    cpu_bf16_flags,
+    resolve_config,
+    resolve_precision,
+)
+
+CPUINFO = """processor : 0
+flags : fpu vme avx512f avx512_bf16 avx512_vnni
+processor : 1
+flags : fpu vme avx512f avx512_bf16 avx512_vnni
+"""
+
+
+def test_the_rule_by_device_and_cpu_flags():
+    assert choose_precision("cuda", True, [])[0] == "bf16"
+    assert choose_precision("cuda", False, ["avx512_bf16"])[0] == "fp32"  # flags: CPU only
+    assert choose_precision("cpu", False, ["avx512_bf16"]) == (
+        "bf16",
+        "auto: a CPU with native bf16 (avx512_bf16)",
+    )
+    assert choose_precision("cpu", False, ["amx_bf16"])[0] == "bf16"
+    assert choose_precision("cpu", True, [])[0] == "fp32"
+
+
+def test_flags_are_read_from_cpuinfo():
+    assert cpu_bf16_flags(CPUINFO) == ["avx512_bf16"]
+    assert cpu_bf16_flags("flags : fpu sse2 avx2\n") == []
+    assert cpu_bf16_flags("flags : amx_bf16 avx512_bf16\n") == ["amx_bf16", "avx512_bf16"]
+
+
+def test_explicit_settings_win_and_the_rollout_dtype_follows_auto():
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", "bfloat16", cpu).as_dict() == {
+        "precision": "fp32",
+        "rollout_dtype": "bfloat16",
+        "reason": "set explicitly",
+    }
+    assert resolve_precision("fp32", "auto", cpu).rollout_dtype == "float32"
+    assert resolve_precision("bf16", "auto", cpu).rollout_dtype == "bfloat16"
+    auto = resolve_precision("auto", "auto", cpu)
+    expected = "bf16" if cpu_bf16_flags() else "fp32"
+    assert auto.precision == expected and auto.reason.startswith("auto: a CPU")
+
+
+def test_the_defaults_are_auto_and_resolve_to_concrete_values():
+    cfg = TrainConfig()
+    assert (cfg.optim.precision, cfg.rollout.dtype) == ("auto", "auto")
+    resolved, choice = resolve_config(cfg, torch.device("cpu"))
+    assert resolved.optim.precision == choice.precision in ("bf16", "fp32")
+    assert resolved.rollout.dtype == choice.rollout_dtype in ("bfloat16", "float32")
+    assert resolved.seed == cfg.seed and resolved.env == cfg.env
+
+
+def test_an_engine_built_with_auto_uses_the_resolved_precision(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from marti_trainer.models import tiny_random_model
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_random_model(tmp_path / "m", seed=0))
+    engine = TorchEngine(model, OptimConfig(), lambda m, b: None, total_steps=1)
+    assert engine.cfg.precision == resolve_precision("auto", "auto", torch.device("cpu")).precision
