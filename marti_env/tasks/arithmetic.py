@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from marti_env.tasks.base import TaskSource
+from marti_env.tasks.base import TaskSource, check_generator_args
 from marti_env.tasks.task import Task
 
 __all__ = ["LEVELS", "SPLITS", "ArithmeticTasks"]
@@ -180,19 +180,7 @@ class ArithmeticTasks(TaskSource):
         size: int = 100_000,
         split: str = "train",
     ) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
-            raise ValueError(f"levels must be a sequence of integers in {LEVELS}, got {levels!r}")
-        levels = tuple(levels)
-        if not levels or any(lv not in LEVELS or isinstance(lv, bool) for lv in levels):
-            raise ValueError(f"levels must be a non-empty sequence from {LEVELS}, got {levels!r}")
-        if len(set(levels)) != len(levels):
-            raise ValueError(f"levels must not repeat, got {levels!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an integer >= 1, got {size!r}")
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        levels = check_generator_args(seed, levels, size, split, LEVELS, tuple(SPLITS))
         self.seed = seed
         self.levels = tuple(int(lv) for lv in levels)
         self.size = size

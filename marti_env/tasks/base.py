@@ -123,3 +123,34 @@ class ListTasks(TaskSource):
 
     def __repr__(self) -> str:
         return f"ListTasks(<{len(self)} tasks>, name={self.name!r})"
+
+
+def check_generator_args(
+    seed: object,
+    levels: object,
+    size: object,
+    split: object,
+    known_levels: Sequence[int],
+    splits: Sequence[str],
+) -> tuple[int, ...]:
+    """Validate a procedural generator's ``seed``, ``levels``, ``size`` and ``split`` (the
+    arguments :class:`~marti_env.tasks.arithmetic.ArithmeticTasks` and the code generator
+    share); returns ``levels`` as a tuple of ints.
+
+    Raises:
+        ValueError: naming the argument and the value.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
+        raise ValueError(f"levels must be a sequence of integers in {known_levels}, got {levels!r}")
+    chosen = tuple(levels)
+    if not chosen or any(isinstance(lv, bool) or lv not in known_levels for lv in chosen):
+        raise ValueError(f"levels must be a non-empty sequence from {known_levels}, got {levels!r}")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"levels must not repeat, got {levels!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+    if split not in splits:
+        raise ValueError(f"split must be one of {sorted(splits)}, got {split!r}")
+    return tuple(int(lv) for lv in chosen)

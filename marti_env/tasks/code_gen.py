@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from marti_env.tasks.base import TaskSource
+from marti_env.tasks.base import TaskSource, check_generator_args
 from marti_env.tasks.code import CodeTask
 
 __all__ = ["LEVELS", "NUM_TESTS", "SPLITS", "CodeGenTasks"]
@@ -345,19 +345,7 @@ class CodeGenTasks(TaskSource):
         size: int = 100_000,
         split: str = "train",
     ) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
-            raise ValueError(f"levels must be a sequence of integers in {LEVELS}, got {levels!r}")
-        levels = tuple(levels)
-        if not levels or any(isinstance(lv, bool) or lv not in LEVELS for lv in levels):
-            raise ValueError(f"levels must be a non-empty sequence from {LEVELS}, got {levels!r}")
-        if len(set(levels)) != len(levels):
-            raise ValueError(f"levels must not repeat, got {levels!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an integer >= 1, got {size!r}")
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        levels = check_generator_args(seed, levels, size, split, LEVELS, tuple(SPLITS))
         self.seed, self.levels, self.size, self.split = seed, tuple(levels), size, split
         self.name = f"code_gen(seed={seed}, levels={list(self.levels)}, split={split!r})"
 
