@@ -158,7 +158,24 @@ def _bootstrap(
 ) -> tuple[float, float]:
     """``scipy.stats.bootstrap`` over ``samples`` (each resampled on its own), vectorised
     along the last axis, ``batch`` resamples at a time (memory); the interval's ends
-    (``nan`` when scipy finds none)."""
+    (``nan`` when scipy finds none, or when no sample has two values).
+
+    A sample of one value (a task with a single run) has only itself to redraw: it is held
+    fixed and passed to ``statistic`` as is (scipy refuses samples of one value)."""
+    movable = [i for i, sample in enumerate(samples) if sample.size >= 2]
+    if not movable:
+        return math.nan, math.nan
+    if len(movable) < len(samples):
+        fixed, inner = samples, statistic
+
+        def statistic(*drawn: np.ndarray, axis: int = -1) -> Any:
+            lead = drawn[0].shape[:-1]
+            full = [np.broadcast_to(sample, (*lead, sample.size)) for sample in fixed]
+            for i, sample in zip(movable, drawn, strict=True):
+                full[i] = sample
+            return inner(*full, axis=axis)
+
+        samples = tuple(samples[i] for i in movable)
     with warnings.catch_warnings():
         # Degenerate resamples (BCa on near-constant data) give nan, handled by callers.
         warnings.simplefilter("ignore", category=RuntimeWarning)

@@ -273,3 +273,15 @@ def test_the_docs_page_shows_what_the_functions_return():
     flat = " ".join(line.lstrip("# ").strip() for line in page.splitlines())
     for text in shown:
         assert text in flat, text
+
+
+def test_a_task_with_one_run_is_held_fixed_in_the_stratified_bootstrap():
+    # Task a has one run (0.1): every resample keeps it; task b's runs are redrawn. The IQM
+    # of [0.1, 0.2, 0.3, 0.5] drops one value from each end: mean(0.2, 0.3) = 0.25.
+    est = iqm_ci({"a": [0.1], "b": [0.2, 0.3, 0.5]}, n_resamples=2_000)
+    assert est.mean == pytest.approx(0.25)
+    assert est.method == "stratified-bootstrap-percentile"
+    assert 0.1 <= est.low <= 0.25 <= est.high <= 0.5
+    # X's single run beats every run of Y, whatever is redrawn: P(X > Y) = 1 exactly.
+    poi = probability_of_improvement_ci([0.5], [0.1, 0.2, 0.3], n_resamples=2_000)
+    assert (poi.mean, poi.low, poi.high) == (1.0, 1.0, 1.0)
