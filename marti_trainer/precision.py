@@ -8,7 +8,8 @@ The rule (:func:`choose_precision`), from the per-phase profile
 (``benchmarks/bench_quickstart.py``, README "Where a training step's time goes"):
 
 - CUDA: bf16 (autocast over fp32 master weights, bf16 rollout weights) when the GPU supports
-  it (``torch.cuda.is_bf16_supported()``), else fp32.
+  it natively (``torch.cuda.is_bf16_supported(including_emulation=False)``: Ampere or newer),
+  else fp32. A Ray driver that sees no GPU but starts GPU trainer actors assumes bf16.
 - CPU with native bf16 dot products (the ``avx512_bf16`` or ``amx_bf16`` flag): bf16. On two
   such CPUs the quick start's step took 65 s in bf16 against 135 s in fp32 (AMD EPYC,
   avx512_bf16) and 56 s against 97 s (an Intel Xeon with avx512_bf16, no AMX), although a
@@ -106,9 +107,16 @@ def resolve_precision(precision: str, rollout_dtype: str, device: torch.device) 
     if rollout_dtype not in ("auto", "bfloat16", "float32"):
         raise ValueError(f"rollout.dtype must be auto, bfloat16 or float32, got {rollout_dtype!r}")
     if precision == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        flags = cpu_bf16_flags() if device.type != "cuda" else []
-        precision, reason = choose_precision(device.type, cuda_bf16, flags)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            # a Ray driver without a GPU planning for GPU actors: Ampere or newer assumed
+            precision, reason = "bf16", "auto: GPU actors (bf16 assumed; this process sees no GPU)"
+        else:
+            # emulated bf16 (e.g. V100, T4) is slow, and vLLM refuses it: counted as none
+            cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported(
+                including_emulation=False
+            )
+            flags = cpu_bf16_flags() if device.type != "cuda" else []
+            precision, reason = choose_precision(device.type, cuda_bf16, flags)
     else:
         reason = "set explicitly"
     if rollout_dtype == "auto":

@@ -178,6 +178,15 @@ def resolve_device(spec: str, what: str = "model.device") -> torch.device:
     return device
 
 
+def precision_device(cfg: TrainConfig) -> torch.device:
+    """The device ``precision: auto`` is resolved for: the trained model's (``model.device``)
+    in a local run; under Ray the trainer actors' (``cuda`` with ``distributed.trainer_gpus >
+    0``, else ``cpu``), which the driver itself may not have."""
+    if cfg.distributed.backend == "ray":
+        return torch.device("cuda" if cfg.distributed.trainer_gpus > 0 else "cpu")
+    return resolve_device(cfg.model.device)
+
+
 def load_model(
     model_dir: Path,
     gradient_checkpointing: bool,

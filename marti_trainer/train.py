@@ -51,7 +51,7 @@ from marti_trainer.plots import plot_run
 from marti_trainer.policies import SamplingParams
 from marti_trainer.precision import resolve_config
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
-from marti_trainer.team import Team, build_team, resolve_device
+from marti_trainer.team import Team, build_team, precision_device
 
 __all__ = ["TaskSampler", "evaluate_heldout", "train"]
 
@@ -270,7 +270,7 @@ def train(
         stop_at_step: Stop after this step as if the process were killed there (no final
             evaluation, plots or summary); for time-boxed jobs and resume tests.
     """
-    cfg, precision = resolve_config(cfg, resolve_device(cfg.model.device))
+    cfg, precision = resolve_config(cfg, precision_device(cfg))
     print(
         f"precision: {precision.precision}, rollout dtype: {precision.rollout_dtype} "
         f"({precision.reason})",

@@ -68,3 +68,20 @@ def test_an_engine_built_with_auto_uses_the_resolved_precision(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_random_model(tmp_path / "m", seed=0))
     engine = TorchEngine(model, OptimConfig(), lambda m, b: None, total_steps=1)
     assert engine.cfg.precision == resolve_precision("auto", "auto", torch.device("cpu")).precision
+
+
+def test_a_ray_driver_resolves_for_its_actors_not_for_itself():
+    from marti_trainer.config import config_from_dict
+    from marti_trainer.team import precision_device
+
+    gpus = config_from_dict(
+        {"model": {"device": "cuda"}, "distributed": {"backend": "ray", "trainer_gpus": 1}},
+        check_env=False,
+    )
+    assert precision_device(gpus) == torch.device("cuda")  # no error on a GPU-less driver
+    cpus = config_from_dict({"distributed": {"backend": "ray"}}, check_env=False)
+    assert precision_device(cpus) == torch.device("cpu")
+    if not torch.cuda.is_available():
+        choice = resolve_precision("auto", "auto", torch.device("cuda"))
+        assert (choice.precision, choice.rollout_dtype) == ("bf16", "bfloat16")
+        assert "sees no GPU" in choice.reason

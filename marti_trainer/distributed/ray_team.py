@@ -46,7 +46,7 @@ from marti_trainer.distributed.ray_policy import RayPolicy
 from marti_trainer.learner import LossFn, TrainBatch
 from marti_trainer.models import resolve_model
 from marti_trainer.precision import resolve_config
-from marti_trainer.team import GreedyDedup, resolve_device
+from marti_trainer.team import GreedyDedup, precision_device
 
 __all__ = ["RayTeam", "RemoteEngine", "RemoteUnit", "build_ray_team"]
 
@@ -220,7 +220,7 @@ def build_ray_team(cfg: TrainConfig, agents: list[str], loss_fn: LossFn, want_re
             message, e.g. a model missing on that node).
     """
     # "auto" precision and rollout dtype resolved once, here, for every actor alike
-    cfg, _ = resolve_config(cfg, resolve_device(cfg.model.device))
+    cfg, _ = resolve_config(cfg, precision_device(cfg))
     d = cfg.distributed
     started = init_ray(d)
     actors: list[Any] = []
