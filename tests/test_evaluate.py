@@ -315,3 +315,28 @@ def test_noise_floor_collect_and_render(tmp_path):
         noise.collect([files[0], files[0]])
     with pytest.raises(ValueError, match="give two"):
         noise.collect(files[:1])
+
+
+def test_a_checkpoints_credit_setting_is_not_imported_by_marti_eval(tmp_path):
+    """A shared run's config may name a credit method by file (an entry point that would run
+    that file); evaluating its checkpoint must not take it, while --env-arg still can."""
+    import argparse
+    from types import SimpleNamespace
+
+    from marti_trainer.cli.eval import _fill_defaults
+    from marti_trainer.config import config_from_dict
+
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('x')\n")
+    cfg = config_from_dict(
+        {"env": {"id": "mad-v0", "kwargs": {"num_agents": 2, "credit": f"{evil}:C"}}},
+        check_env=False,
+    )
+    keys = ("k", "temperature", "max_tokens", "mode", "seed", "dtype", "batch_size")
+    args = argparse.Namespace(env=None, env_arg=[], chunk_tasks=None, **dict.fromkeys(keys))
+    kwargs = _fill_defaults(args, SimpleNamespace(config=cfg))
+    assert kwargs == {"num_agents": 2} and args.env == "mad-v0"
+    args = argparse.Namespace(env=None, env_arg=["credit=score"], chunk_tasks=None,
+                              **dict.fromkeys(keys))  # fmt: skip
+    assert _fill_defaults(args, SimpleNamespace(config=cfg))["credit"] == "score"
+    assert not (tmp_path / "ran").exists()

@@ -213,7 +213,11 @@ def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
     cfg = trained.config
     if args.env is None or args.env == cfg.env.id:
         args.env = cfg.env.id
-        env_kwargs = {**cfg.env.kwargs, **env_kwargs}
+        # A checkpoint may come from someone else: its credit setting could name a file or
+        # module to import (an entry point). Evaluation needs no credit, so it is not taken;
+        # --env-arg credit=... still applies.
+        saved = {k: v for k, v in cfg.env.kwargs.items() if k != "credit"}
+        env_kwargs = {**saved, **env_kwargs}
     e = cfg.eval
     run = {
         "k": max(1, e.samples), "temperature": e.temperature if e.samples else 0.0,
