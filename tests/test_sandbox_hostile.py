@@ -285,6 +285,20 @@ def test_sys_exit_inside_a_test(box):
     assert result.status == "ok" and result.tests[0].error.startswith("SystemExit")
 
 
+def test_forged_result_rows_fail_the_job(box):
+    """A program that writes pass rows for many test indices to the results pipe (fd 3) and
+    exits: rows out of range or written twice mark the job as forged."""
+    program = (
+        "import json, os\n"
+        "for i in range(1000):\n"
+        "    os.write(3, (json.dumps({'i': i, 'passed': True}) + '\\n').encode())\n"
+        "os._exit(0)\n"
+    )
+    result = _run(box, program, tests=["assert solve() == 42", "assert solve() == 43"])
+    assert result.status == "error" and "forged" in result.load_error, result
+    assert not any(t is not None and t.passed for t in result.tests)
+
+
 def test_os_exit(box):
     result = _run(box, "import os\nos._exit(0)\n")
     assert result.status == "exited"

@@ -346,6 +346,7 @@ def run_job(job):
             os.close(fd)
     tests = [None] * len(job["tests"])
     load_error = None
+    forged = False
     for line in bytes(bufs[res_r]).decode("utf-8", "replace").splitlines():
         try:
             row = json.loads(line)
@@ -357,16 +358,23 @@ def run_job(job):
             load_error = str(row["load_error"])[:400]
             continue
         i = row.get("i")
-        if isinstance(i, int) and 0 <= i < len(tests) and tests[i] is None:
-            value = row.get("value")
-            tests[i] = {
-                "passed": row.get("passed") is True,
-                "error": None if row.get("error") is None else str(row["error"])[:400],
-                "value": None if value is None else str(value)[:300],
-                "time_s": float(row["time_s"]) if isinstance(row.get("time_s"), float) else 0.0,
-            }
+        if not (isinstance(i, int) and 0 <= i < len(tests)) or tests[i] is not None:
+            # only the program could have written it: the harness writes each index once
+            forged = True
+            continue
+        value = row.get("value")
+        tests[i] = {
+            "passed": row.get("passed") is True,
+            "error": None if row.get("error") is None else str(row["error"])[:400],
+            "value": None if value is None else str(value)[:300],
+            "time_s": float(row["time_s"]) if isinstance(row.get("time_s"), float) else 0.0,
+        }
     returncode = os.waitstatus_to_exitcode(exit_status)
     sig = -returncode if returncode is not None and returncode < 0 else None
+    if forged and status is None:
+        status = "error"
+        load_error = "forged result rows (a test index out of range or written twice)"
+        tests = [None] * len(tests)
     if status is None:
         if load_error is not None:
             status = "error"
