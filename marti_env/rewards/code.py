@@ -147,7 +147,8 @@ class CodeReward:
         return json.dumps(self.run(_code_task(task), answer).signature())
 
     def run(self, task: CodeTask, program: str) -> ExecutionResult:
-        """Run ``program`` on ``task``'s tests (cached per task and program)."""
+        """Run ``program`` on ``task``'s tests (cached per task and program, except when the
+        sandbox itself failed)."""
         text = json.dumps([task.id, task.setup, list(task.tests), program_for(task, program)])
         key = (task.id, hashlib.sha256(text.encode("utf-8", "replace")).hexdigest())
         with self._lock:
@@ -156,7 +157,9 @@ class CodeReward:
                 self._cache.move_to_end(key)
                 return hit
         result = self.sandbox.run_job(Job(program_for(task, program), task.tests, task.setup))
-        if self.cache_size:
+        # A failure of the sandbox itself says nothing about the program: not cached. (A
+        # timeout is: rerunning an endless loop costs its whole budget every time.)
+        if self.cache_size and result.status != "sandbox_error":
             with self._lock:
                 self._cache[key] = result
                 while len(self._cache) > self.cache_size:
