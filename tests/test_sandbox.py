@@ -122,6 +122,8 @@ def test_rlimits_in_bytes_and_seconds():
         "file_size_bytes": 2 * 1024 * 1024,
         "open_files": 32,
     }
+    assert limits.rlimits(processes=7, timeout_s=30)["cpu_s"] == 31  # a job's own budget
+    assert SandboxLimits(cpu_s=3).rlimits(7, timeout_s=30)["cpu_s"] == 3  # explicit wins
 
 
 def test_job_checks_its_fields():

@@ -124,11 +124,14 @@ class SandboxLimits:
         if self.memory_mb < 64:
             raise ValueError(f"SandboxLimits.memory_mb must be >= 64, got {self.memory_mb}")
 
-    def rlimits(self, processes: int) -> dict[str, int]:
-        """The values the supervisor sets in the child (bytes, seconds, counts)."""
+    def rlimits(self, processes: int, timeout_s: float | None = None) -> dict[str, int]:
+        """The values the supervisor sets in the child (bytes, seconds, counts); without
+        ``cpu_s`` the CPU limit follows the job's wall-clock budget (``timeout_s``, default
+        :attr:`timeout_s`) plus one second."""
         mib = 1024 * 1024
+        budget = self.timeout_s if timeout_s is None else timeout_s
         return {
-            "cpu_s": int(self.cpu_s or math.ceil(self.timeout_s) + 1),
+            "cpu_s": int(self.cpu_s or math.ceil(budget) + 1),
             "address_space_bytes": int(self.memory_mb * mib),
             "processes": int(processes),
             "file_size_bytes": int(self.file_size_mb * mib),
@@ -388,7 +391,7 @@ class Sandbox:
             "setup": job.setup,
             "tests": list(job.tests),
             "timeout_s": timeout,
-            "limits": self.limits.rlimits(self._processes),
+            "limits": self.limits.rlimits(self._processes, timeout),
             "uid": self.sandbox_uid if drop else None,
             "gid": self.sandbox_uid if drop else None,
             "max_output_bytes": self.limits.max_output_bytes,
