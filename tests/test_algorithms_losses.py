@@ -374,6 +374,15 @@ def test_logprobs_match_log_softmax_across_chunk_boundaries():
     assert torch.autograd.gradcheck(lambda x: logprobs_from_logits(x, small_ids, 0.7), (z,))
 
 
+def test_chunks_are_cache_sized_on_a_cpu_and_byte_budgeted_elsewhere():
+    from marti_trainer.algorithms.losses import LOGIT_CHUNK, chunk_positions
+
+    assert chunk_positions("cpu", 49_152) == LOGIT_CHUNK == 8
+    # 256 MiB of float32 over a 151,936-token vocabulary (Qwen2.5): 441 positions a chunk
+    assert chunk_positions("cuda", 151_936) == 256 * 1024 * 1024 // (4 * 151_936) == 441
+    assert chunk_positions("cuda", 10**9) == 8  # never fewer than on a CPU
+
+
 def test_entropy_metric_matches_the_formula_at_a_temperature():
     # uniform over 4 at any temperature: ln 4; [0, 2 ln 3] at tau = 2 is p = [1/4, 3/4]
     h_two = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))

@@ -333,14 +333,24 @@ chunk of SmolLM2's 49,152-token vocabulary is 1.5 MB, so it stays in a CPU core'
 while the chunk's exp, sum and scale run over it."""
 
 
+ACCELERATOR_CHUNK_BYTES = 256 * 1024 * 1024
+"""Float32 bytes per chunk on a GPU, where each chunk costs kernel launches rather than cache
+misses: a chunk holds ``ACCELERATOR_CHUNK_BYTES // (4 V)`` positions (at least
+:data:`LOGIT_CHUNK`)."""
+
+
+def chunk_positions(device_type: str, vocab: int) -> int:
+    """Positions per chunk: :data:`LOGIT_CHUNK` on a CPU, a byte budget elsewhere."""
+    if device_type == "cpu":
+        return LOGIT_CHUNK
+    return max(LOGIT_CHUNK, ACCELERATOR_CHUNK_BYTES // (4 * max(1, vocab)))
+
+
 def _chunks(logits: Tensor) -> list[tuple[int, int, int]]:
     """``(row, start, stop)`` position chunks of ``logits [B, T, V]``."""
     rows, length = logits.shape[0], logits.shape[1]
-    return [
-        (b, s, min(s + LOGIT_CHUNK, length))
-        for b in range(rows)
-        for s in range(0, length, LOGIT_CHUNK)
-    ]
+    step = chunk_positions(logits.device.type, logits.shape[-1])
+    return [(b, s, min(s + step, length)) for b in range(rows) for s in range(0, length, step)]
 
 
 def _scaled(chunk: Tensor, temperature: float) -> Tensor:
