@@ -35,6 +35,7 @@ __all__ = [
     "choose_precision",
     "concrete_precision",
     "cpu_bf16_flags",
+    "keep_resumed",
     "resolve_config",
     "resolve_precision",
 ]
@@ -142,3 +143,21 @@ def concrete_precision(cfg: OptimConfig, device: torch.device) -> OptimConfig:
     if cfg.precision != "auto":
         return cfg
     return dataclasses.replace(cfg, precision=resolve_precision("auto", "auto", device).precision)
+
+
+def keep_resumed(cfg: TrainConfig, saved: dict | None) -> TrainConfig:
+    """``cfg`` with ``auto`` settings replaced by the concrete ones a resumed run saved
+    (``saved``: its ``config.yaml`` as a mapping), so that resuming on another kind of
+    machine does not switch the run's precision half-way. Explicit settings win."""
+    if not saved:
+        return cfg
+    optim, rollout = saved.get("optim") or {}, saved.get("rollout") or {}
+    if cfg.optim.precision == "auto" and optim.get("precision") in ("bf16", "fp32"):
+        cfg = dataclasses.replace(
+            cfg, optim=dataclasses.replace(cfg.optim, precision=optim["precision"])
+        )
+    if cfg.rollout.dtype == "auto" and rollout.get("dtype") in ("bfloat16", "float32"):
+        cfg = dataclasses.replace(
+            cfg, rollout=dataclasses.replace(cfg.rollout, dtype=rollout["dtype"])
+        )
+    return cfg

@@ -49,7 +49,7 @@ from marti_trainer.learner import make_loss_fn, update_unit
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.plots import plot_run
 from marti_trainer.policies import SamplingParams
-from marti_trainer.precision import resolve_config
+from marti_trainer.precision import keep_resumed, resolve_config
 from marti_trainer.rollout import RolloutBatch, derive_seed, rollout
 from marti_trainer.team import Team, build_team, precision_device
 
@@ -270,6 +270,8 @@ def train(
         stop_at_step: Stop after this step as if the process were killed there (no final
             evaluation, plots or summary); for time-boxed jobs and resume tests.
     """
+    if resume is not None:  # keep the precision the run was started with
+        cfg = keep_resumed(cfg, _saved_config(Path(resume)))
     cfg, precision = resolve_config(cfg, precision_device(cfg))
     print(
         f"precision: {precision.precision}, rollout dtype: {precision.rollout_dtype} "
@@ -377,6 +379,16 @@ def train(
         plot_run(run_dir)
     team.close()
     return TrainResult(run_dir, summary, history, None, cfg.total_steps, checkpoint)
+
+
+def _saved_config(resume: Path) -> dict | None:
+    """The ``config.yaml`` of the run or checkpoint ``resume`` names, as a mapping (None if
+    there is none; resuming reports a missing run itself)."""
+    for path in (resume / "config.yaml", resume.parent.parent / "config.yaml"):
+        if path.is_file():
+            data = yaml.safe_load(path.read_text())
+            return data if isinstance(data, dict) else None
+    return None
 
 
 def _write_run_metadata(

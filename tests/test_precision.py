@@ -85,3 +85,14 @@ def test_a_ray_driver_resolves_for_its_actors_not_for_itself():
         choice = resolve_precision("auto", "auto", torch.device("cuda"))
         assert (choice.precision, choice.rollout_dtype) == ("bf16", "bfloat16")
         assert "sees no GPU" in choice.reason
+
+
+def test_a_resumed_run_keeps_the_precision_it_started_with():
+    from marti_trainer.precision import keep_resumed
+
+    saved = {"optim": {"precision": "fp32"}, "rollout": {"dtype": "float32"}}
+    cfg = keep_resumed(TrainConfig(), saved)
+    assert (cfg.optim.precision, cfg.rollout.dtype) == ("fp32", "float32")
+    explicit = TrainConfig(optim=OptimConfig(precision="bf16"))
+    assert keep_resumed(explicit, saved).optim.precision == "bf16"  # an explicit setting wins
+    assert keep_resumed(TrainConfig(), None).optim.precision == "auto"
