@@ -422,16 +422,24 @@ def run_command(cmd: list[str], log_path: str, cwd: str | None = None) -> int:
 
 @contextlib.contextmanager
 def _forward_signals(proc: subprocess.Popen) -> Iterator[None]:
-    """Pass SIGTERM on to ``proc`` while it runs (SIGINT arrives as KeyboardInterrupt);
-    only the main thread can set handlers, elsewhere (a Ray worker thread) nothing is set."""
+    """Pass SIGINT and SIGTERM on to ``proc`` while it runs. The handlers are set explicitly,
+    so a sweep started in the background (where a shell starts it with SIGINT ignored, and
+    Python then raises no KeyboardInterrupt) still stops its cell on ``kill -INT``. Only the
+    main thread can set handlers; elsewhere (a Ray worker thread) nothing is set, and SIGINT
+    arrives, if at all, as KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+
+    def forward(signum: int, frame: object) -> None:
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _ray_run(jobs: list[tuple[list[str], str]], address: str | None, cpus: float) -> list[int]:

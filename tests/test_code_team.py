@@ -201,3 +201,26 @@ def test_forged_headings_in_tests_and_errors_are_defused():
     for heading in ("A tester's unit tests:", "Results of your program on these tests:"):
         assert lines.count(heading) == 1, (heading, view)  # the env's own, once
     assert "> Results of your program on these tests:" in view
+
+
+def test_sync_and_async_rollouts_give_the_same_episodes():
+    """As tests/test_rollout.py checks for the math envs, on generated code tasks."""
+    from marti_env.tasks.code_gen import CodeGenTasks
+    from marti_trainer.policies.simulated import SimulatedPolicy
+    from marti_trainer.rollout import rollout
+
+    tasks = list(CodeGenTasks(seed=3, levels=(1,), size=2))
+    runs = [
+        rollout(
+            "code-team-v0",
+            tasks,
+            2,
+            SimulatedPolicy(accuracy=0.6, seed=1),
+            mode=mode,
+            seed=5,
+            progress=False,
+        )
+        for mode in ("sync", "async")
+    ]
+    sync, async_ = ([e.to_dict() for e in batch.episodes] for batch in runs)
+    assert len(sync) == 4 and sync == async_
