@@ -40,6 +40,7 @@ from marti_env.env import WorkflowEnv
 from marti_env.prompts import Prompts
 from marti_env.rewards import make_reward, reward_params
 from marti_env.tasks import ListTasks, TaskSource, make_task_source
+from marti_env.tasks.code import code_templates
 from marti_env.workflows import WORKFLOWS, Workflow
 
 _ID = re.compile(r"^(?P<name>[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)-v(?P<version>\d+)$")
@@ -66,7 +67,10 @@ ENV_ARGS: dict[str, Any] = {
   answer's length (default 1000; longer answers score 0 and count as rejected).
 - ``max_response_chars``: the action space's bound (longer actions are still accepted).
 - ``render_mode``: ``None``, ``"ansi"`` or ``"human"``.
-- ``prompts``: template overrides, ``{template: str | {user, examples}, "system": str}``.
+- ``prompts``: template overrides, ``{template: str | {user, examples}, "system": str}``,
+  or ``"code"``: the env's own prompts asking for a Python function in a code block instead
+  of a boxed answer (:func:`marti_env.tasks.code.code_templates`; use with ``reward="code"``
+  and code tasks).
 """
 
 
@@ -243,8 +247,11 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
                 f"allowed: {', '.join(allowed)}"
             )
     workflow = env_spec.workflow(**{k: args[k] for k in env_spec.workflow_args() if k in args})
+    prompt_overrides = args["prompts"]
+    if prompt_overrides == "code":
+        prompt_overrides = code_templates(env_spec.prompts)
     prompts = Prompts.from_dict(
-        _merge_prompts(env_spec.prompts, args["prompts"]), env_spec.workflow.templates, where=id
+        _merge_prompts(env_spec.prompts, prompt_overrides), env_spec.workflow.templates, where=id
     )
     reward_keys = reward_options(args["reward"])
     reward_opts = {k: v for k, v in args.items() if k in reward_keys}
@@ -362,7 +369,8 @@ def _merge_prompts(base: Mapping[str, Any], override: Mapping[str, Any] | None) 
         return dict(base)
     if not isinstance(override, Mapping):
         raise ValueError(
-            f"prompts must be a mapping of template overrides, got {type(override).__name__}"
+            'prompts must be a mapping of template overrides or "code" (the env\'s prompts '
+            f"asking for a program), got {override!r}"
         )
     return {**base, **override}
 

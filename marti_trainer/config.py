@@ -94,16 +94,17 @@ class EnvConfig(Section):
     )
 
     def build(self) -> BuiltEnv:
-        """The env (a probe instance), the credit method and both task sources, built from
-        these settings without any model; an unknown id, argument, method, task-source key
-        or a missing file is a :class:`ConfigError` naming its key."""
+        """The env (a probe instance, on the train tasks), the credit method and both task
+        sources, built from these settings without any model; an unknown id, argument,
+        method, task-source key or a missing file is a :class:`ConfigError` naming its key."""
         import marti_env
         from marti_env.credit import make_credit
         from marti_env.tasks import make_task_source
 
         built = {}
         checks = (
-            ("probe", "env.id/env.kwargs", lambda: marti_env.make(self.id, **self.kwargs)),
+            ("probe", "env.id/env.kwargs",
+             lambda: marti_env.make(self.id, **{"tasks": self.train_tasks, **self.kwargs})),
             ("credit", "env.credit/env.credit_kwargs",
              lambda: make_credit(self.credit, **self.credit_kwargs)),
             ("train_tasks", "env.train_tasks", lambda: make_task_source(self.train_tasks)),

@@ -48,6 +48,7 @@ __all__ = [
     "CODE_INSTRUCTION",
     "MAX_PROGRAM_CHARS",
     "CodeTask",
+    "code_templates",
     "extract_program",
     "humaneval_tasks",
     "load_code_tasks",
@@ -57,7 +58,39 @@ MAX_PROGRAM_CHARS = 20_000
 """Longer programs are not extracted (scored as no answer)."""
 
 CODE_INSTRUCTION = "Write the complete Python function in a ```python code block."
-"""What :func:`marti_env.code_prompts.code_prompts` asks for instead of a boxed answer."""
+"""What :func:`code_templates` asks for instead of a boxed answer."""
+
+_BOXED_INSTRUCTION = "Give the final answer in \\boxed{}."
+"""The answer instruction of the math prompts, which :func:`code_templates` replaces."""
+
+
+def code_templates(prompts: Mapping[str, Any]) -> dict[str, Any]:
+    """An env's math prompts turned into code prompts: every ``Give the final answer in
+    \\boxed{}.`` becomes :data:`CODE_INSTRUCTION`, "give the final answer" becomes "give the
+    final program", and a template's worked examples become one code example. The system
+    prompt and absent templates are kept as they are.
+
+    ``marti_env.make(env_id, prompts="code")`` applies it to the env's registered prompts.
+    """
+    example_user = f"Write a Python function `add_two(x)` that returns x plus 2. {CODE_INSTRUCTION}"
+    example_answer = "```python\ndef add_two(x):\n    return x + 2\n```"
+    out: dict[str, Any] = {}
+    for name, template in prompts.items():
+        if name == "system" or template is None:
+            out[name] = template
+            continue
+        user = template if isinstance(template, str) else template["user"]
+        user = user.replace(_BOXED_INSTRUCTION, CODE_INSTRUCTION)
+        user = user.replace("give the final answer", "give the final program")
+        if isinstance(template, str) or not template.get("examples"):
+            out[name] = {"user": user}
+        else:
+            out[name] = {
+                "user": user,
+                "examples": [{"user": example_user, "assistant": example_answer}],
+            }
+    return out
+
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
