@@ -36,6 +36,7 @@ Protocol (every env of the suite)
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import warnings
@@ -186,18 +187,49 @@ class WorkflowEnv(ParallelEnv):
             raise TypeError(
                 f"{self.env_id}: options['task'] must be a Task, got {type(task).__name__}"
             )
+        return self._begin(task, seed)
+
+    def restart(self, record: EpisodeRecord) -> tuple[dict[str, dict], dict[str, dict]]:
+        """Start an episode in the state ``record``'s episode started in: the same task and
+        the same generator state after the task was drawn, so the same shuffles of shown
+        responses and the same vote tie order. Played with the same actions it gives the
+        same transcript; :func:`marti_env.replay.replay` plays it with some actions changed
+        (the counterfactual "what if this agent had said something else").
+
+        Raises:
+            ValueError: the record comes from another env id or has no start state (it was
+                written before start states were recorded).
+        """
+        if record.env_id != self.env_id:
+            raise ValueError(f"{self.env_id}: cannot restart an episode of {record.env_id!r}")
+        if record.start_state is None:
+            raise ValueError(
+                f"{self.env_id}: episode of task {record.task.id!r} has no start_state; "
+                "only episodes recorded by this version of marti_env can be restarted"
+            )
+        self._rng = np.random.default_rng()
+        self._rng.bit_generator.state = copy.deepcopy(record.start_state)
+        return self._begin(record.task, record.seed)
+
+    def _begin(self, task: Task, seed: int | None) -> tuple[dict[str, dict], dict[str, dict]]:
+        assert self._rng is not None
         if self.reward is not None and task.answer is None:
             raise ValueError(
                 f"{self.env_id}: task {task.id!r} has no reference answer; use reward='ttrl' "
                 "for label-free training"
             )
+        start_state = copy.deepcopy(self._rng.bit_generator.state)
         self._tie_order = tuple(
             self.possible_agents[i] for i in self._rng.permutation(len(self.possible_agents))
         )
         self.agents = list(self.possible_agents)
         self._round = 0
         self._record = EpisodeRecord(
-            env_id=self.env_id, task=task, credit=self.credit.name, seed=seed
+            env_id=self.env_id,
+            task=task,
+            credit=self.credit.name,
+            seed=seed,
+            start_state=start_state,
         )
         self._prepare_round()
         return self._observations(), self._infos()

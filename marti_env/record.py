@@ -154,6 +154,10 @@ class EpisodeRecord:
         seed: The seed the episode was reset with (None if unseeded).
         agent_rewards: Per-agent episode return: the sum of that agent's turn rewards (what
             the env returned in its ``rewards`` dict on the final step).
+        start_state: The env generator's state once the task was posed (numpy's
+            ``bit_generator.state``, JSON-serialisable): with it
+            :meth:`marti_env.env.WorkflowEnv.restart` replays the episode's shuffles and
+            tie order. None for records written before it was kept.
     """
 
     env_id: str
@@ -164,6 +168,7 @@ class EpisodeRecord:
     credit: str = "none"
     seed: int | None = None
     agent_rewards: dict[str, float] = field(default_factory=dict)
+    start_state: dict[str, Any] | None = None
 
     def turns_of(self, agent: str) -> list[Turn]:
         """The turns ``agent`` took, in order."""
@@ -206,6 +211,7 @@ class EpisodeRecord:
             "credit": self.credit,
             "seed": self.seed,
             "agent_rewards": dict(self.agent_rewards),
+            "start_state": self.start_state,
         }
 
     @classmethod
@@ -219,6 +225,7 @@ class EpisodeRecord:
             credit=str(data.get("credit", "none")),
             seed=data.get("seed"),
             agent_rewards={k: float(v) for k, v in data.get("agent_rewards", {}).items()},
+            start_state=data.get("start_state"),
         )
 
     def to_json(self) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import yaml
 
-from marti_env.credit import credit_params, make_credit
+from marti_env.credit import credit_params, is_replay_method, make_credit
 from marti_env.env import WorkflowEnv
 from marti_env.prompts import Prompts
 from marti_env.rewards import make_reward, reward_params
@@ -260,6 +260,13 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
         for k, v in overrides.items()
         if k not in env_spec.workflow_args() and k not in ENV_ARGS and k not in reward_keys
     }
+    credit = make_credit(args["credit"], **credit_options)
+    if is_replay_method(credit):
+        raise ValueError(
+            f"{id}: credit method '{credit.name}' re-executes episodes with the policies, which "
+            "the env cannot do alone: make the env with credit='none' and credit its finished "
+            "episodes with marti_env.credit.credit_by_replay(env, records, method, policy)"
+        )
     if args["reward"] == "ttrl":  # label-free: turns are scored against the majority answer
         reward, label_free = None, make_reward("math", **reward_opts)
     else:
@@ -273,7 +280,7 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
         else make_task_source(args["tasks"]),
         reward=reward,
         label_free_reward=label_free,
-        credit=make_credit(args["credit"], **credit_options),
+        credit=credit,
         max_response_chars=args["max_response_chars"],
         render_mode=args["render_mode"],
     )

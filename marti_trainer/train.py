@@ -33,6 +33,7 @@ import transformers
 import yaml
 
 import marti_env
+from marti_env.credit import is_replay_method
 from marti_env.rewards import verifiers_of
 from marti_env.tasks import TaskSource
 from marti_trainer.checkpoint import (
@@ -110,6 +111,10 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     boxed = [bool(t.answer) for e in batch.episodes for t in e.turns]
     out["rollout/boxed_rate"] = float(np.mean(boxed))
     out["rollout/tokens_per_s"] = batch.stats.tokens_per_s
+    if batch.stats.replay_generations:  # a replay credit method's extra cost
+        out["rollout/replay_generations"] = float(batch.stats.replay_generations)
+        out["rollout/replay_tokens"] = float(batch.stats.replay_tokens)
+        out["time/replay_s"] = batch.stats.replay_s
     return out
 
 
@@ -469,11 +474,14 @@ def _train_step(
     """
     t0, c0 = time.perf_counter(), time.process_time()
     verified0 = sum(v.busy_s for v in verifiers)
+    replay = env_kwargs.get("credit") if is_replay_method(env_kwargs.get("credit")) else None
     batch = rollout(
         cfg.env.id, sampler.draw(cfg.rollout.tasks_per_step), cfg.rollout.n_samples,
         team.rollout_policies(), sampling, mode=cfg.rollout.mode,
-        seed=derive_seed(cfg.seed, step), env_kwargs=env_kwargs, progress=False,
+        seed=derive_seed(cfg.seed, step), progress=False,
+        env_kwargs={**env_kwargs, "credit": "none"} if replay else env_kwargs,
         max_concurrency=cfg.rollout.batch_size, transcript_path=transcripts,
+        replay_credit=replay,
     )  # fmt: skip
     verification = sum(v.busy_s for v in verifiers) - verified0
     metrics = rollout_metrics(batch, cfg.algorithm.group_by)

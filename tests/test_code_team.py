@@ -12,7 +12,7 @@ from pettingzoo.test import parallel_api_test
 
 import marti_env
 from marti_env import EpisodeRecord
-from marti_env.credit import credit_methods
+from marti_env.credit import credit_by_replay, credit_methods, is_replay_method, make_credit
 from marti_env.tasks import Task
 from marti_env.tasks.code import CodeTask
 from marti_env.workflows.code_team import (
@@ -146,9 +146,21 @@ def test_pettingzoo_parallel_api():
 
 @pytest.mark.parametrize("credit", credit_methods())
 def test_every_credit_method(credit):
-    _, _, rewards, record = play(
-        [{CODER: WRONG, TESTER: TESTS}, {CODER: RIGHT, TESTER: TESTS}], credit=credit
-    )
+    script = [{CODER: WRONG, TESTER: TESTS}, {CODER: RIGHT, TESTER: TESTS}]
+    if is_replay_method(make_credit(credit)):  # re-executed by a scripted policy
+        env = marti_env.make("code-team-v0")
+        _, _, _, record = play(script, credit="none")
+        by_turn = {(a, r): text for r, acts in enumerate(script) for a, text in acts.items()}
+        spent = credit_by_replay(
+            env,
+            [record],
+            make_credit(credit),
+            lambda reqs: [by_turn[(q.agent, q.round)] for q in reqs],
+        )
+        assert spent > 0 and record.credit == credit and record.outcome == 1.0
+        assert all(math.isfinite(t.reward) for t in record.turns)
+        return
+    _, _, rewards, record = play(script, credit=credit)
     assert record.credit == credit and record.outcome == 1.0
     assert all(math.isfinite(t.reward) for t in record.turns)
     assert sum(rewards.values()) == pytest.approx(sum(t.reward for t in record.turns))

@@ -252,3 +252,27 @@ def test_docs_example_registers_and_benchmarks(tmp_path, capsys, monkeypatch):
     assert env.credit.name == "round_relative"
     with pytest.raises(ValueError, match="w must be"):
         marti_env.make("mad-v0", credit="round_relative", w=-1.0)
+
+
+def test_replay_methods_pay_for_replays_at_equal_generation_budget():
+    """Re-execution methods run in the fast tier with the simulated team as the replay
+    policy; at an equal generation budget they train on fewer episodes, at an equal
+    episode budget on as many, and every row records both costs."""
+    methods = ["none", "leave_one_out", "leave_one_out_replay", "sibling"]
+    config = BenchConfig(updates=2, batch=6, eval_episodes=8, attr_configs=1, attr_episodes=8,
+                         probe_episodes=8, controls=False)  # fmt: skip
+    result = run_benchmark(methods, ["chain-v0"], [0], config)
+    rows = {r["method"]: r for r in result.rows}
+    assert rows["none"]["episodes"] == 2 * 6 and rows["none"]["generations"] == 2 * 6 * 3
+    for m in ("leave_one_out_replay", "sibling"):
+        assert 2 * 2 <= rows[m]["episodes"] < 2 * 6
+        # the budget is spent, overshooting by at most one episode and its replays
+        assert rows[m]["generations"] >= 2 * 6 * 3
+    # re-execution sees the generator's influence on the refiner: not flagged =none
+    assert result.flags[("chain-v0", "leave_one_out")] is True
+    assert result.flags[("chain-v0", "leave_one_out_replay")] is False
+    same = run_benchmark(methods, ["chain-v0"], [0], BenchConfig(**{
+        **config.to_dict(), "equal_budget": False}))  # fmt: skip
+    assert all(r["episodes"] == 12 for r in same.rows)
+    by = {r["method"]: r["generations"] for r in same.rows}
+    assert by["leave_one_out_replay"] == 12 * (3 + 2 + 1 + 0)

@@ -354,3 +354,22 @@ def test_load_trained_unit_names_the_units_and_loads_adapters(tiny_dir, tmp_path
     lora = tiny_config(tiny_dir, tmp_path / "lora", total_steps=1, model__sharing="lora")
     adapter = load_trained_unit(train(lora).run_dir, "debater_1")
     assert adapter.is_adapter and all(".debater_1." in n for n in adapter.tensors)
+
+
+def test_training_with_a_replay_credit_method(tiny_dir, tmp_path):
+    """``env.credit: leave_one_out_replay``: the trainer runs the replays with its own
+    policy, trains on their rewards and logs their cost; transcripts record the method."""
+    cfg = tiny_config(
+        tiny_dir, tmp_path, env__id="chain-v0", env__kwargs={"reward": length_reward},
+        env__credit="leave_one_out_replay", total_steps=2, run_name="r",
+    )  # fmt: skip
+    train(cfg)
+    history = read_metrics(tmp_path / "r")
+    steps = [h for h in history if "rollout/replay_generations" in h]
+    # 2 tasks x 2 episodes; per episode: generator removed -> 2 regenerated, verifier -> 1
+    assert [h["rollout/replay_generations"] for h in steps] == [4 * 3, 4 * 3]
+    assert all(h["rollout/replay_tokens"] > 0 for h in steps), steps
+    # (the random model boxes no answer, so every outcome and every replay credit is 0:
+    # tests/test_replay.py checks that samples carry the method's rewards)
+    records = (tmp_path / "r" / "transcripts.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["credit"] == "leave_one_out_replay" for line in records)

@@ -16,6 +16,15 @@ shapley               Shapley value of agent i in the final-answer rule     unre
 discounted            gamma^(K - k_t) R                                     gamma
 ====================  ====================================================  ==================
 
+Methods that re-execute episodes with the policies (:mod:`.replay`; not env credit methods:
+:func:`~marti_env.credit.replay.credit_by_replay` applies them to finished episodes):
+
+====================  ====================================================  ==================
+leave_one_out_replay  R - R(agent i's turns removed, later turns re-run)    samples
+shapley_replay        Shapley value of i, v(S) = R(only S speaks, re-run)   samples max_agents
+sibling               R - mean R(turn t resampled, later turns re-run)      samples
+====================  ====================================================  ==================
+
 See :mod:`.shaping` (Q_t and its scopes), :mod:`.counterfactual` (the coalition game) and
 :mod:`.methods`; :mod:`.degeneracy` flags a method that trains exactly like ``none``
 under group-normalised advantages. The fast benchmark lives in
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 from marti_env.credit import counterfactual as _counterfactual  # noqa: F401  (registers)
 from marti_env.credit import methods as _methods  # noqa: F401  (registers built-ins)
+from marti_env.credit import replay as _replay  # noqa: F401  (registers)
 from marti_env.credit import shaping as _shaping  # noqa: F401  (registers)
 from marti_env.credit.base import (
     CreditMethod,
@@ -68,22 +78,39 @@ BUILTIN_METHODS: tuple[str, ...] = (
     "shapley",
     "discounted",
 )
-"""The built-in methods, in the order benchmarks list them."""
+"""The built-in methods an env credits with, in the order benchmarks list them."""
+REPLAY_METHODS: tuple[str, ...] = ("leave_one_out_replay", "shapley_replay", "sibling")
+"""The built-in methods that re-execute episodes (:mod:`.replay`)."""
+
+from marti_env.credit.replay import (  # noqa: E402  (after the tuples it documents)
+    LeaveOneOutReplay,
+    ReplayCreditMethod,
+    ShapleyReplay,
+    Sibling,
+    credit_by_replay,
+    is_replay_method,
+)
 
 __all__ = [
     "BUILTIN_METHODS",
+    "REPLAY_METHODS",
     "CreditMethod",
     "Discounted",
     "FinalAnswerRule",
     "LeaveOneOut",
+    "LeaveOneOutReplay",
     "Margin",
     "MarginWithOutcome",
     "NoCredit",
     "Quality",
     "QualityWithOutcome",
+    "ReplayCreditMethod",
     "ScoreCredit",
     "Shapley",
+    "ShapleyReplay",
+    "Sibling",
     "checked_rewards",
+    "credit_by_replay",
     "credit_methods",
     "credit_params",
     "credit_source",
@@ -91,6 +118,7 @@ __all__ = [
     "discounted_rewards",
     "gradient_identical_to_none",
     "history_baselines",
+    "is_replay_method",
     "load_credit_file",
     "make_credit",
     "margin_delta",

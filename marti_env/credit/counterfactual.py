@@ -72,17 +72,38 @@ def shapley_values(
             f"{n} ({', '.join(players)})"
         )
     value: dict[frozenset[str], float] = {}
-    for size in range(n + 1):
-        for coalition in combinations(players, size):
-            s = frozenset(coalition)
-            value[s] = rule.outcome(_without(rule.inputs, set(players) - s))
+    for s in coalitions(players):
+        value[s] = rule.outcome(_without(rule.inputs, set(players) - s))
+    return shapley_from_values(players, value)
+
+
+def coalitions(players: Sequence[str]) -> list[frozenset[str]]:
+    """Every subset of ``players``, smallest first (2^n of them)."""
+    return [frozenset(c) for size in range(len(players) + 1) for c in combinations(players, size)]
+
+
+def shapley_from_values(
+    players: Sequence[str], value: Mapping[frozenset[str], float]
+) -> dict[str, float]:
+    """Shapley values of a coalition game given every coalition's value.
+
+    phi_i = sum over S subset of N \\ {i} of |S|! (n - |S| - 1)! / n! * (v(S + i) - v(S))
+    (Shapley 1953). With v({}) = 0 the values sum to v(N). Example by hand: two players
+    with v({}) = 0, v({a}) = 1, v({b}) = 0, v({a, b}) = 1 give phi_a = 1, phi_b = 0.
+
+    Raises:
+        KeyError: a coalition's value is missing.
+    """
+    n = len(players)
     fact = [math.factorial(k) for k in range(n + 1)]
     phi = dict.fromkeys(players, 0.0)
-    for s, v_s in value.items():
-        weight = fact[len(s)] * fact[n - len(s) - 1] / fact[n] if len(s) < n else 0.0
+    for s in coalitions(players):
+        if len(s) == n:
+            continue
+        weight = fact[len(s)] * fact[n - len(s) - 1] / fact[n]
         for a in players:
             if a not in s:
-                phi[a] += weight * (value[s | {a}] - v_s)
+                phi[a] += weight * (value[s | {a}] - value[s])
     return phi
 
 

@@ -115,6 +115,14 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     fast.add_argument("--eval-episodes", type=int, help=f"({d.eval_episodes})")
     fast.add_argument("--attr-configs", type=int, help=f"teams for attr ({d.attr_configs})")
     fast.add_argument("--attr-episodes", type=int, help=f"episodes per team ({d.attr_episodes})")
+    fast.add_argument(
+        "--budget",
+        choices=("generations", "episodes"),
+        default=None,
+        help="generations (default): every method spends --batch episodes' generations per "
+        "update, so a method that re-executes episodes trains on fewer; episodes: --batch "
+        "episodes per update whatever the replays cost",
+    )
     llm = parser.add_argument_group("llm tier")
     llm.add_argument(
         "--config", default=None, help="base training config (default baselines/quickstart.yaml)"
@@ -193,7 +201,7 @@ def _record_sources(json_path: Path, methods: list[str], imports: list[str]) -> 
 def _check_tier_options(args: argparse.Namespace) -> None:
     """Options of the other tier are an error, not silently ignored."""
     if args.tier == "llm":
-        given = [name for name in FAST_ONLY if getattr(args, name) is not None]
+        given = [name for name in (*FAST_ONLY, "budget") if getattr(args, name) is not None]
         if given:
             flags = ", ".join("--" + n.replace("_", "-") for n in given)
             raise ValueError(f"{flags}: fast-tier options; the llm tier takes --config and --set")
@@ -230,6 +238,8 @@ def run_credit_bench(args: argparse.Namespace) -> int:
         )  # fmt: skip
     else:
         given = {n: getattr(args, n) for n in FAST_ONLY if getattr(args, n) is not None}
+        if args.budget is not None:
+            given["equal_budget"] = args.budget == "generations"
         config = BenchConfig(**given)  # the rest at BenchConfig's defaults
         methods = _csv(args.methods, "methods") if args.methods else list(BUILTIN_METHODS)
         envs = _csv(args.envs or DEFAULT_ENVS, "envs")

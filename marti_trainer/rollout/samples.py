@@ -122,6 +122,10 @@ class RolloutStats:
             the continuous HF driver's ``steps`` and ``row_steps``).
         idle_s: ``wall_s - backend_s``: seconds with no request in flight, i.e. host work on
             the critical path (the fraction of wall time spent "outside the backend").
+        replay_generations: Generations a replay credit method asked for after the episodes
+            (:mod:`marti_env.credit.replay`; 0 without one). Not training samples: their cost.
+        replay_tokens: Response tokens of those generations.
+        replay_s: Wall-clock seconds of the replays (included in ``wall_s``).
     """
 
     mode: str
@@ -136,6 +140,9 @@ class RolloutStats:
     host_s: float = 0.0
     env_s: float = 0.0
     drivers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    replay_generations: int = 0
+    replay_tokens: int = 0
+    replay_s: float = 0.0
 
     @property
     def idle_s(self) -> float:
@@ -161,6 +168,9 @@ class RolloutStats:
             "idle_s": self.idle_s,
             "tokens_per_s": self.tokens_per_s,
             "drivers": {k: dict(v) for k, v in self.drivers.items()},
+            "replay_generations": self.replay_generations,
+            "replay_tokens": self.replay_tokens,
+            "replay_s": self.replay_s,
         }
 
 

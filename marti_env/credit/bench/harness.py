@@ -76,7 +76,9 @@ from marti_env.credit.bench.sim import (
     team_accuracy,
 )
 from marti_env.credit.degeneracy import gradient_identical_to_none
+from marti_env.credit.replay import credit_by_replay, is_replay_method
 from marti_env.record import EpisodeRecord
+from marti_env.replay import ReplayPolicy, ReplayRequest
 
 METRICS: tuple[str, ...] = (
     "attr", "attr_within", "fidelity", "zero_adv", "abl_drop", "acc_final", "acc_auc",
@@ -107,6 +109,11 @@ class BenchConfig:
         controls: Add the ``oracle``, ``random`` and ``none@reseed`` runs.
         min_effect: Paired differences smaller than this are called negligible.
         train_seed_offset: Training seed = team seed + this.
+        equal_budget: Every method spends the same generations per update: ``batch``
+            episodes' worth. A method that re-executes episodes
+            (:mod:`marti_env.credit.replay`) pays for its replays with fewer episodes per
+            update (at least 2); ``episodes`` and ``generations`` per run are in the rows.
+            False: ``batch`` episodes per update whatever the replays cost.
     """
 
     updates: int = 40
@@ -123,6 +130,7 @@ class BenchConfig:
     controls: bool = True
     min_effect: float = 0.02
     train_seed_offset: int = 0
+    equal_budget: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -258,7 +266,7 @@ class _Probe(CreditMethod):
     name = "probe"
 
     def __init__(self, methods: Mapping[str, CreditMethod]) -> None:
-        self.methods = dict(methods)
+        self.methods = {k: m for k, m in methods.items() if not is_replay_method(m)}
         self.returns: dict[str, list[dict[str, float]]] = {label: [] for label in self.methods}
         self.turns: dict[str, list[list[tuple[str, int, float]]]] = {
             label: [] for label in self.methods
@@ -312,6 +320,38 @@ def true_contributions(env: Any, team: SimTeam, episode_seed: int, run_seed: int
     return out
 
 
+def sim_policy(team: SimTeam, run_seed: int) -> ReplayPolicy:
+    """The simulated team as a replay policy (:data:`marti_env.replay.ReplayPolicy`). Each
+    regenerated turn draws fresh randomness, seeded by ``(run_seed, episode seed, agent,
+    round, replay job)``: a replay resamples the others as an LLM team would, unlike the
+    common random numbers of :func:`true_contributions`."""
+
+    def policy(requests: Sequence[ReplayRequest]) -> list[str]:
+        out = []
+        for q in requests:
+            rng = np.random.default_rng(
+                [run_seed, q.episode_seed or 0, team.index(q.agent), q.round, q.job, 7]
+            )
+            out.append(team.act(q.agent, q.role, q.messages, q.task, rng)[0])
+        return out
+
+    return policy
+
+
+def _replay_credited(
+    env: Any, records: Sequence[EpisodeRecord], method: CreditMethod, team: SimTeam,
+    run_seed: int,
+) -> tuple[list[dict[str, float]], list[list[tuple[str, int, float]]], int]:  # fmt: skip
+    """A replay method's credit on copies of ``records``: per episode, each agent's return
+    and ``(agent, round, reward)`` per turn, and the generations the replays took."""
+    import copy
+
+    copies = [copy.deepcopy(r) for r in records]
+    spent = credit_by_replay(env, copies, method, sim_policy(team, run_seed))  # type: ignore[arg-type]
+    turns = [[(t.agent, t.round, t.reward) for t in r.turns] for r in copies]
+    return [dict(r.agent_rewards) for r in copies], turns, spent
+
+
 def attribution(
     env_spec: EnvChoice, methods: Sequence[MethodSpec], seed: int, config: BenchConfig
 ) -> dict[str, tuple[float, float]]:
@@ -331,15 +371,19 @@ def attribution(
         team = random_team(env, rng, config)
         run_seed = int(rng.integers(2**31))
         episodes = [int(s) for s in rng.integers(2**31, size=config.attr_episodes)]
-        for s in episodes:  # the probe credits these with every method
-            play(env, team, s, run_seed)
+        records = [play(env, team, s, run_seed).record for s in episodes]  # probe credits all
         plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
+        returns_of = dict(probe.returns)
+        for m in methods:
+            method = m.factory()
+            if is_replay_method(method):
+                returns_of[m.label] = _replay_credited(plain, records, method, team, run_seed)[0]
         _, truth = marginal_contributions(plain, team, episodes, run_seed)
         groups: dict[str, list[str]] = {}
         for a in team.agents:
             groups.setdefault(env.workflow.role(a), []).append(a)
         groups = {"*": list(team.agents)} | {r: g for r, g in groups.items() if len(g) > 1}
-        for label, returns in probe.returns.items():
+        for label, returns in returns_of.items():
             credit = {a: float(np.mean([r.get(a, 0.0) for r in returns])) for a in team.agents}
             rhos = {}
             for role, members in groups.items():
@@ -372,14 +416,22 @@ def probe_batch(
     plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
     rng = np.random.default_rng(_seed("probe", env_spec.label, seed))
     run_seed = int(rng.integers(2**31))
-    truth = []
+    truth, records = [], []
     for s in (int(x) for x in rng.integers(2**31, size=config.probe_episodes)):
-        outcome = play(env, team, s, run_seed).record.outcome
-        truth.append(true_contributions(plain, team, s, run_seed, outcome))
+        record = play(env, team, s, run_seed).record
+        records.append(record)
+        truth.append(true_contributions(plain, team, s, run_seed, record.outcome))
+    returns_of, turns_of = dict(probe.returns), dict(probe.turns)
+    for m in methods:
+        method = m.factory()
+        if is_replay_method(method):
+            returns_of[m.label], turns_of[m.label], _ = _replay_credited(
+                plain, records, method, team, run_seed
+            )
     out = {}
-    for label in probe.methods:
+    for label in returns_of:
         rewards, outcomes, groups = [], [], []
-        for turns, outcome in zip(probe.turns[label], probe.outcomes, strict=True):
+        for turns, outcome in zip(turns_of[label], probe.outcomes, strict=True):
             for agent, round_, r in turns:
                 rewards.append(r)
                 outcomes.append(outcome)
@@ -387,7 +439,7 @@ def probe_batch(
         same = gradient_identical_to_none(
             rewards, outcomes, groups, "std" if config.normalize else "mean"
         )
-        credit = [ret.get(a, 0.0) for ret in probe.returns[label] for a in team.agents]
+        credit = [ret.get(a, 0.0) for ret in returns_of[label] for a in team.agents]
         true = [t[a] for t in truth for a in team.agents]
         rho = rank_correlation(credit, true)
         out[label] = (same, 0.0 if math.isnan(rho) else rho)
@@ -451,7 +503,9 @@ def train(
     curve, final held-out accuracy and diagnostics."""
     import marti_env
 
-    env = marti_env.make(env_spec.env_id, credit=method.factory(), **env_spec.kwargs)
+    credit = method.factory()
+    replayed = is_replay_method(credit)
+    env = marti_env.make(env_spec.env_id, credit="none" if replayed else credit, **env_spec.kwargs)
     plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
     team = team.copy()
     train_seed = seed + method.train_seed_shift
@@ -459,10 +513,24 @@ def train(
     noise = np.random.default_rng(_seed("random-credit", env_spec.label, train_seed))
     run_seed = int(rng.integers(2**31))
     curve, zero = [], []
+    generations = episodes = 0
     for _ in range(config.updates):
-        batch = []
+        batch: list[Played] = []
+        budget, spent = None, 0
         for s in (int(x) for x in rng.integers(2**31, size=config.batch)):
+            if budget is not None and spent >= budget and len(batch) >= 2:
+                break  # the replays used this update's budget (equal_budget)
             played = play(env, team, s, run_seed)
+            spent += len(played.record.turns)
+            if replayed:
+                spent += credit_by_replay(
+                    plain,
+                    [played.record],
+                    credit,
+                    sim_policy(team, run_seed),  # type: ignore[arg-type]
+                )
+                if config.equal_budget and budget is None:
+                    budget = config.batch * len(played.record.turns)
             if method.control == "oracle":
                 truth = true_contributions(plain, team, s, run_seed, played.record.outcome)
                 for t in played.record.turns:
@@ -471,6 +539,8 @@ def train(
                 for t in played.record.turns:
                     t.reward = float(noise.standard_normal())
             batch.append(played)
+        generations += spent
+        episodes += len(batch)
         curve.append(float(np.mean([p.record.outcome for p in batch])))
         zero.append(_zero_spread_fraction(batch))
         grad = policy_gradient(team, batch, normalize=config.normalize)
@@ -485,6 +555,8 @@ def train(
         "verifier_ba": final["verifier_ba"],
         "train_seed": train_seed,
         "probs": team.probs().round(4).tolist(),
+        "episodes": episodes,
+        "generations": generations,
     }
 
 
@@ -653,7 +725,7 @@ def run_benchmark(
                     "acc_start": acc_start,
                     "acc_final": out["acc_final"], "acc_auc": out["acc_auc"],
                     "verifier_ba": out["verifier_ba"],
-                    "episodes": config.updates * config.batch,
+                    "episodes": out["episodes"], "generations": out["generations"],
                     "seconds": round(time.perf_counter() - t0, 3),
                 })  # fmt: skip
                 if log:

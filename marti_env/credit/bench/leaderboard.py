@@ -121,8 +121,27 @@ def env_table(data: Mapping[str, Any], env: str, min_effect: float) -> list[list
             cells += ["", "", "", ""]
         if _has_ba(data, env):
             cells.append(_fmt(e.get("verifier_ba_mean"), signed=False))
+        if _has_cost(data, env):
+            cells.append(_cost(rows, env, method, int(data["config"].get("updates", 1))))
         table.append(cells)
     return table
+
+
+def _has_cost(data: Mapping[str, Any], env: str) -> bool:
+    """True when some method of ``env`` re-executed episodes (it recorded generations and
+    they differ between methods)."""
+    costs = {r.get("generations") for r in data["rows"] if r["env"] == env and r.get("generations")}
+    return len(costs) > 1
+
+
+def _cost(rows: Sequence[Mapping[str, Any]], env: str, method: str, updates: int) -> str:
+    """``"episodes, generations"`` per update, averaged over seeds."""
+    mine = [r for r in rows if r["env"] == env and r["method"] == method and r.get("generations")]
+    if not mine:
+        return "n/a"
+    episodes = sum(r["episodes"] for r in mine) / len(mine) / updates
+    generations = sum(r["generations"] for r in mine) / len(mine) / updates
+    return f"{episodes:.1f}, {generations:.0f}"
 
 
 def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -159,6 +178,8 @@ def leaderboard_markdown(results: Sequence[Mapping[str, Any]], sources: Sequence
             lines += [f"## `{env}`", ""]
             table = env_table(data, env, min_effect)
             header = (*COLUMNS, "verifier_ba") if _has_ba(data, env) else COLUMNS
+            if _has_cost(data, env):
+                header = (*header, "episodes, generations / update")
             lines += _markdown_table(header, table)
             lines.append("")
             for cells in table:
