@@ -262,3 +262,34 @@ def test_generated_tokens_come_from_the_training_transcripts(tmp_path):
     (run / "transcripts.jsonl").write_text((json.dumps(episode) + "\n") * 15)
     (group,) = build_report(ReportOptions((str(run),))).groups
     assert group.runs[0].tokens == {}
+
+
+def test_digests_give_the_same_tables_as_the_run_directories(sweep, tmp_path, monkeypatch):
+    """``--save-digests``: a few kB per run that the report reads like the run itself, so a
+    page generated from committed digests has the same tables and can be checked."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "sweep", "--save-digests", "digests"]) == 0
+    digests = sorted(Path("digests").iterdir())
+    assert [p.name for p in digests][:2] == [
+        "env.credit=none__seed=0.run.json", "env.credit=none__seed=1.run.json",
+    ]  # fmt: skip
+    assert len(digests) == 6 and all(p.stat().st_size < 4000 for p in digests)
+    from_runs = build_report(ReportOptions(("sweep",), baseline="env.credit=none")).markdown
+    from_digests = build_report(ReportOptions(("digests",), baseline="env.credit=none")).markdown
+
+    def tables(page: str) -> list[str]:  # the figures, without the per-run paths and sources
+        return [line for line in page.splitlines() if line.startswith("| env.credit=")
+                and "seed=" not in line]  # fmt: skip
+
+    assert tables(from_digests) == tables(from_runs) and len(tables(from_runs)) == 3
+    out = Path("docs/results.md")
+    write_report(ReportOptions(("digests",), baseline="env.credit=none"), out, plots=False)
+    assert check_report(out) == []
+    digests[0].write_text(digests[0].read_text().replace('"seed":0', '"seed":"x"'))
+    with pytest.raises(ValueError, match="env.credit=none__seed=0.run.json: not a run digest"):
+        build_report(ReportOptions(("digests",)))
+    from marti_trainer.report import write_digests
+
+    fake_run(tmp_path / "u", "r", 0, "none", 0.5, finished=False)
+    with pytest.raises(ValueError, match="no finished run"):
+        write_digests([tmp_path / "u"], "x")

@@ -52,6 +52,11 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
     parser.add_argument(
+        "--save-digests", metavar="DIR", default=None,
+        help="write a small digest (<run>.run.json) of each finished run into DIR and stop: "
+        "commit them and report from DIR (docs/evidence.md)",
+    )  # fmt: skip
+    parser.add_argument(
         "--check", metavar="PAGE", default=None,
         help="regenerate PAGE from the files it cites and report any difference (exit 1)",
     )  # fmt: skip
@@ -61,8 +66,14 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the page (or check one); prints what it wrote."""
-    from marti_trainer.report import ReportOptions, check_report, write_report
+    from marti_trainer.report import ReportOptions, check_report, write_digests, write_report
 
+    if args.save_digests:
+        if not args.paths or args.check:
+            raise ValueError("--save-digests DIR takes run or sweep folders (and no --check)")
+        written = write_digests(args.paths, args.save_digests)
+        print(f"wrote {len(written)} digests into {args.save_digests}")
+        return 0
     if args.check:
         if args.paths:
             raise ValueError("--check PAGE takes no run folders: they are recorded in the page")
