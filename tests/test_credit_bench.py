@@ -133,11 +133,35 @@ def test_policy_gradient_by_hand():
     # slot mean 0.5, std 0.5 -> A = +1, -1;  grad = 1/2 (1 * (1 - .5) + -1 * (0 - .5)) = 0.5
     assert policy_gradient(sim, batch)[0, SKILL] == pytest.approx(0.5)
     # without normalising: A = +-0.5 -> grad = 1/2 (0.25 + 0.25) = 0.25
-    assert policy_gradient(sim, batch, normalize=False)[0, SKILL] == pytest.approx(0.25)
+    assert policy_gradient(sim, batch, normalize="mean")[0, SKILL] == pytest.approx(0.25)
     assert policy_gradient(sim, batch)[0, PERSUADE] == 0.0
     # equal rewards: no signal
     same = [_played("solver_0", 1.0, True), _played("solver_0", 1.0, False)]
     assert policy_gradient(sim, same)[0, SKILL] == 0.0
+
+
+def test_agent_scale_policy_gradient_by_hand():
+    """Two rounds of one agent: round 0 rewards 1/0, round 1 rewards 0.5/0 (a discounted
+    round). c = +-0.5 and +-0.25; sigma = sqrt((2 * 0.25 + 2 * 0.0625) / 4) = 0.3953.
+    std keeps both rounds at A = +-1; agent_scale keeps round 1 at half round 0's weight."""
+    sim = SimTeam(("solver_0",), np.array([[0.0, 0.0]]))
+
+    def two_rounds(r0: float, r1: float, taken: bool) -> Played:
+        turns = [Turn(0, 0, "solver_0", "solver", (), "", None, 0.0, reward=r0),
+                 Turn(1, 1, "solver_0", "solver", (), "", None, 0.0, reward=r1)]  # fmt: skip
+        return Played(EpisodeRecord("x", TASK, turns), [[(SKILL, taken)], [(SKILL, taken)]])
+
+    batch = [two_rounds(1.0, 0.5, True), two_rounds(0.0, 0.0, False)]
+    sigma = np.sqrt((2 * 0.25 + 2 * 0.0625) / 4)
+    # per episode, (x - p) = +-0.5; grad = 1/2 * sum over 4 turns of A * (x - p)
+    expected = 0.5 * (2 * 0.5 * 0.5 / sigma + 2 * 0.25 * 0.5 / sigma)
+    assert policy_gradient(sim, batch, "agent_scale")[0, SKILL] == pytest.approx(expected)
+    assert policy_gradient(sim, batch, "std")[0, SKILL] == pytest.approx(0.5 * 4 * 0.5)
+    with pytest.raises(ValueError, match="normalize must be"):
+        policy_gradient(sim, batch, "max")
+    with pytest.raises(ValueError, match="BenchConfig.normalize must be"):
+        BenchConfig(normalize="max")
+    assert BenchConfig(normalize=False).normalize == "mean"  # older result files
 
 
 def test_training_on_credited_rewards_improves_the_team():
@@ -276,3 +300,14 @@ def test_replay_methods_pay_for_replays_at_equal_generation_budget():
     assert all(r["episodes"] == 12 for r in same.rows)
     by = {r["method"]: r["generations"] for r in same.rows}
     assert by["leave_one_out_replay"] == 12 * (3 + 2 + 1 + 0)
+
+
+def test_degeneracy_flag_follows_the_advantage():
+    """Turn discounting is gradient-identical to `none` under per-slot std (GRPO), not under
+    agent_scale (one scale per agent keeps the rounds' weights)."""
+    tiny = BenchConfig(updates=1, batch=4, eval_episodes=4, attr_configs=0, probe_episodes=16,
+                       controls=False)  # fmt: skip
+    for normalize, flagged in (("std", True), ("agent_scale", False)):
+        config = BenchConfig(**{**tiny.to_dict(), "normalize": normalize})
+        result = run_benchmark(["none", "discounted"], ["mad-v0"], [0], config)
+        assert result.flags[("mad-v0", "discounted")] is flagged, normalize

@@ -58,7 +58,9 @@ from typing import Any
 
 DEFAULT_ENVS = "mad-v0,moa-v0,chain-v0"
 LLM_DEFAULTS = {"methods": "none,quality", "envs": "mad-v0", "seeds": "0"}
-FAST_ONLY = ("updates", "batch", "lr", "eval_episodes", "attr_configs", "attr_episodes")
+FAST_ONLY = (
+    "updates", "batch", "lr", "eval_episodes", "attr_configs", "attr_episodes", "normalize",
+)  # fmt: skip
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -115,6 +117,11 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     fast.add_argument("--eval-episodes", type=int, help=f"({d.eval_episodes})")
     fast.add_argument("--attr-configs", type=int, help=f"teams for attr ({d.attr_configs})")
     fast.add_argument("--attr-episodes", type=int, help=f"episodes per team ({d.attr_episodes})")
+    fast.add_argument(
+        "--normalize",
+        choices=("std", "mean", "agent_scale"),
+        help=f"advantage: std (GRPO), mean (Dr. GRPO) or agent_scale ({d.normalize})",
+    )
     fast.add_argument(
         "--budget",
         choices=("generations", "episodes"),

@@ -98,7 +98,10 @@ class BenchConfig:
         updates: REINFORCE updates per training run.
         batch: Episodes per update.
         lr: Step size on the logits.
-        normalize: Divide advantages by the (agent, round) slot's std over the batch.
+        normalize: The advantage: ``"std"`` (GRPO: each (agent, round) slot standardised
+            over the batch), ``"mean"`` (centred only) or ``"agent_scale"`` (centred, one
+            scale per agent); see :func:`~marti_env.credit.bench.sim.policy_gradient`.
+            ``True``/``False`` (older result files) mean ``"std"``/``"mean"``.
         eval_episodes: Held-out episodes for ``acc_start``/``acc_final``.
         attr_configs: Random teams per (env, seed) for ``attr``.
         attr_episodes: Episodes per team (and per counterfactual) for ``attr``.
@@ -119,7 +122,7 @@ class BenchConfig:
     updates: int = 40
     batch: int = 16
     lr: float = 0.1
-    normalize: bool = True
+    normalize: str = "std"
     eval_episodes: int = 300
     attr_configs: int = 4
     attr_episodes: int = 200
@@ -158,6 +161,13 @@ class BenchConfig:
         if isinstance(self.train_seed_offset, bool) or not isinstance(self.train_seed_offset, int):
             raise ValueError(
                 f"BenchConfig.train_seed_offset must be an integer, got {self.train_seed_offset!r}"
+            )
+        if self.normalize is True or self.normalize is False:
+            self.normalize = "std" if self.normalize else "mean"
+        if self.normalize not in ("std", "mean", "agent_scale"):
+            raise ValueError(
+                "BenchConfig.normalize must be 'std', 'mean' or 'agent_scale', got "
+                f"{self.normalize!r}"
             )
         if not 1 <= self.num_distractors <= 8:
             raise ValueError(
@@ -437,8 +447,9 @@ def probe_batch(
                 outcomes.append(outcome)
                 groups.append((agent, round_))
         same = gradient_identical_to_none(
-            rewards, outcomes, groups, "std" if config.normalize else "mean"
-        )
+            rewards, outcomes, groups, config.normalize,  # type: ignore[arg-type]
+            scale_keys=[agent for agent, _ in groups],
+        )  # fmt: skip
         credit = [ret.get(a, 0.0) for ret in returns_of[label] for a in team.agents]
         true = [t[a] for t in truth for a in team.agents]
         rho = rank_correlation(credit, true)

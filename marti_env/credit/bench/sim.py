@@ -242,25 +242,36 @@ def marginal_contributions(
 def policy_gradient(
     team: SimTeam,
     played: Sequence[Played],
-    normalize: bool = True,
+    normalize: bool | str = "std",
 ) -> np.ndarray:
     """REINFORCE gradient of the team's logits from credited episodes (ascent direction).
 
     Every turn's reward is its ``Turn.reward`` (what the credit method gave it). The
-    baseline is the mean reward of the same ``(agent, round)`` slot over the batch, and
-    with ``normalize`` the advantage is divided by that slot's standard deviation (a
-    group-normalised advantage, as GRPO does per prompt)::
+    baseline is the mean reward of the same ``(agent, round)`` slot over the batch,
+    ``c_t = r_t - mean_slot r``, and the advantage ``A_t`` by ``normalize`` (the trainer's
+    ``algorithm.advantage`` of the same names, with slots as groups):
 
-        A_t = (r_t - mean_slot r) / (std_slot r + 1e-8)
-        grad[i, c] = 1/B sum_t A_t * sum_{choices (c, x) of turn t} (x - sigmoid(theta[i, c]))
+    * ``"std"`` (or True; GRPO): ``A_t = c_t / std_slot r`` (0 in a constant slot);
+    * ``"mean"`` (or False; Dr. GRPO): ``A_t = c_t``;
+    * ``"agent_scale"``: ``A_t = c_t / sigma_i``, ``sigma_i = sqrt(mean c^2)`` over all
+      turns of the agent in the batch (0 if its slots are all constant);
 
-    ``x - sigmoid(theta)`` is the score function of a Bernoulli in logit form.
+    then ``grad[i, c] = 1/B sum_t A_t * sum_{choices (c, x) of turn t} (x - sigmoid(theta[i,
+    c]))`` (``x - sigmoid(theta)``: the score function of a Bernoulli in logit form).
     """
+    mode = {True: "std", False: "mean"}.get(normalize, normalize)  # type: ignore[call-overload]
+    if mode not in ("std", "mean", "agent_scale"):
+        raise ValueError(f"normalize must be 'std', 'mean' or 'agent_scale', got {normalize!r}")
     slots: dict[tuple[str, int], list[float]] = {}
     for ep in played:
         for t in ep.record.turns:
             slots.setdefault((t.agent, t.round), []).append(t.reward)
     stats = {k: (float(np.mean(v)), float(np.std(v))) for k, v in slots.items()}
+    square: dict[str, list[float]] = {}
+    for (agent, _), values in slots.items():
+        mean = stats[(agent, _)][0]
+        square.setdefault(agent, []).extend((v - mean) ** 2 for v in values)
+    sigma = {a: float(np.sqrt(np.mean(v))) for a, v in square.items()}
     probs = team.probs()
     grad = np.zeros_like(team.theta)
     for ep in played:
@@ -269,8 +280,8 @@ def policy_gradient(
                 continue
             mean, std = stats[(t.agent, t.round)]
             adv = t.reward - mean
-            if normalize:
-                adv = adv / (std + 1e-8) if std > 0 else 0.0
+            scale = std if mode == "std" else sigma[t.agent] if mode == "agent_scale" else 1.0
+            adv = adv / scale if scale > 0 else 0.0
             i = team.index(t.agent)
             for column, taken in choices:
                 grad[i, column] += adv * (float(taken) - probs[i, column])
