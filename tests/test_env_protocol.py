@@ -228,8 +228,11 @@ def test_hostile_actions_never_crash():
         "$$\\frac{}{}$$ \\boxed{\\sqrt{}}",
         "\\begin{array}" * 100,
     ]
-    # envs whose answers are programs (reward "code"): tests/test_code_team.py
-    ids = sorted(i for i, s in marti_env.registry.items() if s.kwargs.get("reward") != "code")
+    # envs whose answers are programs or expressions (reward "code" or "expr"):
+    # tests/test_code_team.py and tests/test_expr_team.py
+    ids = sorted(
+        i for i, s in marti_env.registry.items() if s.kwargs.get("reward") not in ("code", "expr")
+    )
     envs = {i: marti_env.make(i, tasks=TASKS) for i in ids}
     for episode in range(1000):
         env = envs[ids[episode % len(ids)]]

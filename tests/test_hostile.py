@@ -24,9 +24,12 @@ import marti_env
 from marti_env import EpisodeRecord, Task
 from marti_env.rewards import default_verifier
 
-# Envs whose answers are programs (reward "code") pose code tasks, not this math task; their
-# hostile generations run in tests/test_code_team.py.
-ENV_IDS = sorted(i for i, s in marti_env.registry.items() if s.kwargs.get("reward") != "code")
+# Envs whose answers are programs or expressions (reward "code" or "expr") pose their own
+# tasks, not this math task; their hostile generations run in tests/test_code_team.py and
+# tests/test_expr_team.py.
+ENV_IDS = sorted(
+    i for i, s in marti_env.registry.items() if s.kwargs.get("reward") not in ("code", "expr")
+)
 # Where "every agent boxes the right answer" is not a right team: split-sum adds everyone's
 # numbers, so only its one-solver variant answers the task with one agent's answer.
 ALL_RIGHT_KWARGS = {"split-sum-v0": {"num_solvers": 1, "num_distractors": 0}}

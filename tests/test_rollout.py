@@ -28,8 +28,11 @@ from marti_trainer.rollout import (
 )
 
 # Every env whose answers are math (the tasks below); envs whose answers are programs
-# (reward "code") need code tasks and are run through the rollout in tests/test_code_team.py.
-ENV_IDS = sorted(i for i, s in marti_env.registry.items() if s.kwargs.get("reward") != "code")
+# (reward "code") need code tasks and are run through the rollout in tests/test_code_team.py;
+# envs whose answers are expressions (reward "expr") need expression tasks.
+ENV_IDS = sorted(
+    i for i, s in marti_env.registry.items() if s.kwargs.get("reward") not in ("code", "expr")
+)
 TASKS = list(ArithmeticTasks(size=4, seed=3))
 
 

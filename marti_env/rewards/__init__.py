@@ -26,6 +26,7 @@ from marti_env.rewards.base import (
 from marti_env.rewards.boxed import extract_boxed
 from marti_env.rewards.canonical import canonical_answer
 from marti_env.rewards.code import AnswerRule, CodeReward, code_reward
+from marti_env.rewards.expr import ExprReward, expr_reward
 from marti_env.rewards.format import format_score
 from marti_env.rewards.genrm import JudgeReward
 from marti_env.rewards.math_verifier import (
@@ -38,11 +39,13 @@ from marti_env.rewards.screen import screen_answer
 from marti_env.rewards.ttrl import majority_answer, ttrl_scores
 
 register_reward("code", code_reward)
+register_reward("expr", expr_reward)
 
 __all__ = [
     "AnswerRule",
     "CacheInfo",
     "CodeReward",
+    "ExprReward",
     "FormatReward",
     "JudgeReward",
     "MathReward",

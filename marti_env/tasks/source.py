@@ -10,6 +10,8 @@ a ``TaskSource``                  itself
 a list / tuple of ``Task``        ``ListTasks(tasks, name="tasks")``
 ``"arithmetic"``                  ``ArithmeticTasks()`` (levels 1-2, train split)
 ``{"type": "arithmetic", ...}``   ``ArithmeticTasks(**rest)`` (seed, levels, size, split)
+``"expr"``                        ``ExprTasks()`` (expression tasks, levels 1-3, train)
+``{"type": "expr", ...}``         ``ExprTasks(**rest)`` (seed, levels, size, split)
 ``{"type": "file", "path": p}``   ``load_tasks(p, ...)`` (also prompt_field, answer_field,
                                   on_error)
 ``{"type": "hf", "name": n}``     ``load_hf_dataset(n, ...)`` (split, config, fields,
@@ -40,6 +42,7 @@ from marti_env.tasks.arithmetic import ArithmeticTasks
 from marti_env.tasks.base import ListTasks, TaskSource
 from marti_env.tasks.catalog import DATA_DIR_ENV, DATASETS, data_dir, locate
 from marti_env.tasks.code_sources import code_task_source
+from marti_env.tasks.expr import ExprTasks
 from marti_env.tasks.files import load_tasks, read_task_file
 from marti_env.tasks.hf import load_hf_dataset, read_hf_dataset
 from marti_env.tasks.task import Task
@@ -53,6 +56,7 @@ licences and packaged copies: :mod:`marti_env.tasks.catalog`). Rows without an i
 
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "arithmetic": ("seed", "levels", "size", "split"),
+    "expr": ("seed", "levels", "size", "split"),
     "file": ("path", "prompt_field", "answer_field", "on_error"),
     "hf": ("name", "split", "config", "prompt_field", "answer_field", "on_error"),
 }
@@ -97,6 +101,8 @@ def _make(spec: Any, limit: int | None) -> TaskSource:
     if isinstance(spec, str):
         if spec == "arithmetic":
             return ArithmeticTasks()
+        if spec == "expr":
+            return ExprTasks()
         if spec in BENCHMARKS:
             return _benchmark(spec, limit)
         if spec.startswith("hf:"):
@@ -107,7 +113,7 @@ def _make(spec: Any, limit: int | None) -> TaskSource:
 
 
 def _head(source: TaskSource, limit: int) -> TaskSource:
-    if isinstance(source, ArithmeticTasks):
+    if isinstance(source, (ArithmeticTasks, ExprTasks)):
         return source.with_size(limit)
     head = [source[i] for i in range(limit)]
     if isinstance(source, ListTasks):
@@ -148,6 +154,8 @@ def _from_dict(spec: Mapping[str, Any], limit: int | None) -> TaskSource:
         raise ValueError(f"task source type {kind!r} needs key(s) {missing}")
     if kind == "arithmetic":
         return ArithmeticTasks(**rest)
+    if kind == "expr":
+        return ExprTasks(**rest)
     if kind == "file":
         path = rest.pop("path")
         return ListTasks.from_loaded(read_task_file(path, limit, **rest), name=str(path))
@@ -158,13 +166,14 @@ def _from_dict(spec: Mapping[str, Any], limit: int | None) -> TaskSource:
 
 
 def _unknown_spec_message(spec: Any) -> str:
-    names = ["arithmetic", *BENCHMARKS]
+    names = ["arithmetic", "expr", *BENCHMARKS]
     close = difflib.get_close_matches(str(spec), names, n=3, cutoff=0.5)
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     forms = [
         "a TaskSource",
         "a non-empty list of Task",
         "'arithmetic'",
+        "'expr'",
         f"a benchmark name ({', '.join(BENCHMARKS)}) under data_dir() (${DATA_DIR_ENV})",
         "a path ending in .json or .jsonl",
         "'hf:<name>[:<split>]'",

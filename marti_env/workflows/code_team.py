@@ -1,4 +1,4 @@
-"""Coder and tester (``code-team-v0``): the PettingLLMs design for code tasks.
+"""Coder and tester (``code-team-v0``, ``expr-team-v0``): the PettingLLMs design for code tasks.
 
 Agents
     ``coder_0`` (role ``coder``) and ``tester_0`` (role ``tester``).
@@ -23,6 +23,18 @@ Rewards
     fails. The episode's outcome is 1 when the final program passes every hidden test. The
     credit method turns these into rewards as for any workflow.
 
+On expression tasks (``expr-team-v0``)
+    On an :class:`~marti_env.tasks.expr.ExprTask` the same protocol runs without the
+    sandbox: the coder's program is an expression in ``x``
+    (:func:`~marti_env.tasks.expr.extract_expr`), the tester's tests are lines
+    ``f(A) == B`` (:func:`parse_expr_tests`), running them is evaluating the expression
+    with the safe evaluator (:func:`~marti_env.tasks.expr.evaluate_expr`), and the wrong
+    programs are the mutants of the reference expression that fail a hidden test
+    (:func:`expr_wrong_mutants`). The results shown in round ``r > 0`` say which tests
+    failed and what the expression returned (:func:`summarize_expr_results`). The tester
+    helps only through the coder's revision in round 1, so its contribution to the outcome
+    is seen only by replaying the episode without it; with ``rounds=1`` it has none.
+
 Arguments
     ``rounds`` (1..8), ``max_tests`` (tests of the tester counted, 1..50),
     ``timeout_s`` (the sandbox's budget per execution), ``max_shared_chars``.
@@ -36,6 +48,7 @@ from __future__ import annotations
 import ast
 import copy
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -45,6 +58,15 @@ from marti_env.record import Turn
 from marti_env.rewards.code import shared_sandbox
 from marti_env.sandbox import ExecutionResult, Job, Sandbox
 from marti_env.tasks.code import CodeTask, extract_program, program_for
+from marti_env.tasks.expr import (
+    ExprError,
+    ExprTask,
+    evaluate_all,
+    extract_expr,
+    format_test,
+    parse_expr,
+    pass_fraction,
+)
 from marti_env.tasks.task import Task
 from marti_env.workflows.base import Prompt, Workflow, check_int, clip_middle, defuse_markers
 
@@ -155,6 +177,68 @@ def summarize_results(result: ExecutionResult | None, tests: Sequence[str]) -> s
     return "\n".join(lines)
 
 
+_EXPR_TEST = re.compile(
+    r"^[ \t]*(?:assert[ \t]+)?f\([ \t]*([+-]?\d{1,13})[ \t]*\)[ \t]*==[ \t]*([+-]?\d{1,13})[ \t]*$",
+    re.MULTILINE,
+)
+
+
+def parse_expr_tests(response: str, max_tests: int) -> tuple[tuple[int, int], ...]:
+    """The tester's tests on an expression task: the lines ``f(A) == B`` (``A``, ``B``
+    integers of at most 13 digits, an optional leading ``assert``) of its response's first
+    :data:`MAX_TEST_SOURCE_CHARS` characters, in order, at most ``max_tests``.
+
+    >>> parse_expr_tests("```\\nf(1) == 3\\nf(x) == 2\\nassert f(-2) == 0\\n```", 5)
+    ((1, 3), (-2, 0))
+    """
+    if not isinstance(response, str):
+        return ()
+    found = _EXPR_TEST.findall(response[:MAX_TEST_SOURCE_CHARS])
+    return tuple((int(a), int(b)) for a, b in found)[:max_tests]
+
+
+def summarize_expr_results(expression: str | None, tests: Sequence[tuple[int, int]]) -> str:
+    """What both agents are shown of the coder's expression evaluated on the tester's
+    tests: per test, passed, or failed with the value the expression returned or its
+    error; then the count."""
+    if not tests:
+        return "Not run: no tests."
+    if expression is None:
+        return "Not run: the coder gave no expression."
+    lines = []
+    try:
+        parse_expr(expression)
+    except ExprError as e:
+        lines.append(f"The expression is invalid: {e}")
+    outputs = evaluate_all(expression, [a for a, _ in tests])
+    passed = 0
+    for i, ((a, b), (value, err)) in enumerate(zip(tests, outputs, strict=True), start=1):
+        if value == b:
+            passed += 1
+            lines.append(f"Test {i} passed: {format_test(a, b)}")
+        elif err is not None:
+            lines.append(f"Test {i} failed (error: {err}): {format_test(a, b)}")
+        else:
+            lines.append(f"Test {i} failed (the expression returned {value}): {format_test(a, b)}")
+    lines.append(f"{passed} of {len(tests)} tests passed.")
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=4096)
+def expr_wrong_mutants(task: ExprTask) -> tuple[str, ...]:
+    """Up to :data:`MAX_MUTANTS` mutants of the reference expression
+    (:func:`mutant_sources`, first ``3 * MAX_MUTANTS`` tried) that fail a hidden test; when
+    none does, the one wrong program ``(reference) + 1``.
+
+    >>> from marti_env.tasks.expr import ExprTask
+    >>> expr_wrong_mutants(ExprTask("t", "x plus 1", "x + 1", tests=((0, 1), (2, 3))))
+    ('x - 1', 'x + 2')
+    """
+    candidates = [m.strip() for m in mutant_sources(task.answer or "")[: 3 * MAX_MUTANTS]]
+    wrong = [m for m in candidates if pass_fraction(task.tests, m) < 1.0]
+    return tuple(wrong[:MAX_MUTANTS]) or (f"({task.answer}) + 1",)
+
+
 class CodeTeam(Workflow):
     name = "code_team"
     templates: ClassVar[Mapping[str, frozenset[str]]] = {
@@ -203,6 +287,8 @@ class CodeTeam(Workflow):
             return Prompt("code" if agent == CODER else "test", {"problem": task.prompt})
         coder = _last(transcript, CODER)
         tester = _last(transcript, TESTER)
+        if isinstance(task, ExprTask):
+            return self._expr_request(agent, task, coder, tester)
         program = None if coder is None else extract_program(coder.response)
         tests = () if tester is None else parse_tests(tester.response, self.max_tests)
         result = None
@@ -215,6 +301,21 @@ class CodeTeam(Workflow):
             "program": shown_program,
             "tests": self._shown_text(shown_tests),
             "results": self._shown_text(summarize_results(result, tests)),
+        }
+        return Prompt("code_revise" if agent == CODER else "test_revise", values)
+
+    def _expr_request(
+        self, agent: str, task: ExprTask, coder: Turn | None, tester: Turn | None
+    ) -> Prompt:
+        """Round ``r > 0`` on an expression task: the tests evaluated, no sandbox."""
+        expression = None if coder is None else extract_expr(coder.response)
+        tests = () if tester is None else parse_expr_tests(tester.response, self.max_tests)
+        shown_tests = "\n".join(format_test(a, b) for a, b in tests) if tests else "(no tests)"
+        values = {
+            "problem": task.prompt,
+            "program": self.shown(coder) if coder is not None else "(none)",
+            "tests": self._shown_text(shown_tests),
+            "results": self._shown_text(summarize_expr_results(expression, tests)),
         }
         return Prompt("code_revise" if agent == CODER else "test_revise", values)
 
@@ -235,6 +336,8 @@ class CodeTeam(Workflow):
         """The tester's score (:func:`tester_score`); None for the coder (the reward's)."""
         if agent != TESTER:
             return None
+        if isinstance(task, ExprTask):
+            return expr_tester_score(task, parse_expr_tests(response, self.max_tests))
         code_task = _code_task(task)
         tests = parse_tests(response, self.max_tests)
         if not tests or not code_task.answer:
@@ -266,6 +369,26 @@ def _wrong_mutants(sandbox: Sandbox, task: CodeTask) -> tuple[str, ...]:
     return tuple(wrong[:MAX_MUTANTS])
 
 
+def expr_tester_score(task: ExprTask, tests: Sequence[tuple[int, int]]) -> float:
+    """The tester's score on an expression task, :func:`tester_score` with ``valid[j]``:
+    the reference gives ``B`` at ``A`` for test ``f(A) == B``; ``caught[k]``: wrong program
+    ``k`` (:func:`expr_wrong_mutants`) fails (another value, or an error) at least one
+    valid test. 0.0 without tests or without a reference.
+
+    >>> from marti_env.tasks.expr import ExprTask
+    >>> t = ExprTask("t", "x plus 1", "x + 1", tests=((0, 1), (2, 3)))
+    >>> expr_tester_score(t, [(0, 1), (5, 9)])  # valid 1/2; x - 1 and x + 2 fail f(0) == 1
+    0.75
+    """
+    if not tests or not task.answer:
+        return 0.0
+    reference = evaluate_all(task.answer, [a for a, _ in tests])
+    valid = [value == b for (value, _), (_, b) in zip(reference, tests, strict=True)]
+    kept = [t for t, ok in zip(tests, valid, strict=True) if ok]
+    caught = [bool(kept) and pass_fraction(kept, m) < 1.0 for m in expr_wrong_mutants(task)]
+    return tester_score(valid, caught)
+
+
 def _last(transcript: Sequence[Turn], agent: str) -> Turn | None:
     for turn in reversed(transcript):
         if turn.agent == agent:
@@ -277,6 +400,7 @@ def _code_task(task: Task) -> CodeTask:
     if not isinstance(task, CodeTask):
         raise ValueError(
             f"code_team needs code tasks, and task {task.id!r} is a {type(task).__name__}; "
-            "use tasks='code_gen', 'humaneval' or {'type': 'code_file', 'path': ...}"
+            "use tasks='code_gen', 'humaneval', {'type': 'code_file', 'path': ...} or "
+            "(with reward='expr') tasks='expr'"
         )
     return task

@@ -1,7 +1,8 @@
 """Simulated agents and true contributions for the credit-probe envs of the fast tier.
 
-The probe envs (``split-sum-v0``, ``gate-v0``, ``signal-v0``; :data:`PROBE_WORKFLOWS`) have
-roles the debate agents of :mod:`marti_env.credit.bench.sim` do not play. A
+The probe envs (``split-sum-v0``, ``gate-v0``, ``signal-v0``, ``expr-team-v0``;
+:data:`PROBE_WORKFLOWS`) have roles the debate agents of :mod:`marti_env.credit.bench.sim`
+do not play. A
 :class:`ProbeTeam` is a :class:`~marti_env.credit.bench.sim.SimTeam` (same two logits per
 agent, same four uniforms per call, so common-random-number replays work) whose agents
 read the observation the real env rendered and answer by role:
@@ -18,7 +19,19 @@ verifier    P(checking: ACCEPT iff the proposal is      P(ACCEPT) when it does n
 speaker     P(boxing the target; else a lazy ``ok``)    --
 listener    --                                          P(picking the candidate the message
                                                         names; else uniform at random)
+coder       P(writing the reference expression in       P(revising when shown a failing
+(expr)      round 0; else a wrong mutant of it)         test: to the reference if a failing
+                                                        test is valid, else to a wrong
+                                                        mutant; else keeping its expression)
+tester      P(tests computed from the reference at      --
+(expr)      the hidden inputs; else from a wrong
+            mutant)
 ==========  =========================================  ====================================
+
+The coder and tester play ``code_team`` on expression tasks only (``expr-team-v0``): the
+tester helps only through the coder's revision in round 1, so its true contribution (about
+``q_coder * (p_tester - p_coder)`` on average, negative for misleading tests) is seen only
+by replay.
 
 A probe env's *true contribution* of agent ``i`` in one episode is ``R - R'``, where ``R'``
 is the outcome of the same episode replayed (same draws, downstream agents re-executed)
@@ -36,12 +49,14 @@ import numpy as np
 from marti_env.credit.bench.sim import PERSUADE, SKILL, Decision, SimTeam, sigmoid, wrong_answer
 from marti_env.record import Message
 from marti_env.rewards.boxed import extract_boxed
+from marti_env.tasks.expr import ExprTask, evaluate_all, format_test
 from marti_env.tasks.task import Task
+from marti_env.workflows.code_team import expr_wrong_mutants
 from marti_env.workflows.gate import VERIFIER, flip
 from marti_env.workflows.signal import NULL_MESSAGE
 from marti_env.workflows.split_sum import evaluate, parse_int
 
-PROBE_WORKFLOWS: tuple[str, ...] = ("split_sum", "gate", "signal")
+PROBE_WORKFLOWS: tuple[str, ...] = ("split_sum", "gate", "signal", "code_team")
 """Workflow names whose envs a :class:`ProbeTeam` plays."""
 
 ROLE_RANGES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
@@ -51,6 +66,8 @@ ROLE_RANGES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "verifier": ((0.1, 0.4), (0.3, 0.7)),
     "speaker": ((0.1, 0.4), (0.5, 0.5)),
     "listener": ((0.5, 0.5), (0.1, 0.4)),
+    "coder": ((0.3, 0.7), (0.4, 0.9)),
+    "tester": ((0.4, 0.9), (0.5, 0.5)),
 }
 """Initial ``(p range, q range)`` of a random probe team, by role (columns that a role does
 not use stay at 0.5: their logits get no gradient)."""
@@ -61,6 +78,8 @@ _TARGET = re.compile(r"The target is (-?\d+)\.")
 _CANDIDATES = re.compile(r"Candidates: ([^.]*)\.")
 _MESSAGE = re.compile(r"message: (.*?)\. Give the target")
 _FIRST_BOX = re.compile(r"\\boxed\{([^{}]*)\}")  # the proposal comes before the template's boxes
+_LAST_EXPR = re.compile(r"\\boxed\{([^{}]+)\}")  # a revising coder's shown expression
+_FAILED = re.compile(r"^Test \d+ failed \(.*\): f\((-?\d+)\) == (-?\d+)$", re.MULTILINE)
 
 
 class ProbeTeam(SimTeam):
@@ -143,7 +162,41 @@ class ProbeTeam(SimTeam):
                 return f"\\boxed{{{named}}}", decisions
             pick = options[min(int(u_pick * len(options)), len(options) - 1)]
             return f"\\boxed{{{pick}}}", decisions
+        if role in ("coder", "tester"):
+            if not isinstance(task, ExprTask):
+                raise ValueError(
+                    f"ProbeTeam: the simulated {role} plays expression tasks (expr-team-v0), "
+                    f"and task {task.id!r} is a {type(task).__name__}"
+                )
+            wrong = expr_wrong_mutants(task)
+            mutant = wrong[min(int(u_wrong * len(wrong)), len(wrong) - 1)]
+            if role == "tester":
+                valid = draw(SKILL, p, u_p)
+                return _expr_tests(task, task.answer if valid else mutant), decisions
+            last = _LAST_EXPR.search(content)
+            if last is None:  # round 0 (or its expression is not shown): solve
+                right = draw(SKILL, p, u_p)
+                return f"f(x) = \\boxed{{{task.answer if right else mutant}}}", decisions
+            expression = last.group(1)
+            failing = [(int(a), int(b)) for a, b in _FAILED.findall(content)]
+            if failing and draw(PERSUADE, q, u_q):
+                ref = evaluate_all(task.answer or "", [a for a, _ in failing])
+                real_bug = any(v == b for (v, _), (_, b) in zip(ref, failing, strict=True))
+                expression = str(task.answer) if real_bug else mutant
+            return f"f(x) = \\boxed{{{expression}}}", decisions
         raise ValueError(f"ProbeTeam: agent {agent!r} has role {role!r}, which it cannot play")
+
+
+def _expr_tests(task: ExprTask, source: str | None) -> str:
+    """Tests ``f(x) == source(x)`` at the task's hidden inputs (inputs where ``source``
+    fails to evaluate are left out)."""
+    inputs = [x for x, _ in task.tests]
+    lines = [
+        format_test(x, v)
+        for x, (v, _) in zip(inputs, evaluate_all(source or "", inputs), strict=True)
+        if v is not None
+    ]
+    return "```\n" + "\n".join(lines) + "\n```"
 
 
 def _flip_response(text: str) -> str:
