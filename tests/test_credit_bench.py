@@ -159,7 +159,7 @@ def test_agent_scale_policy_gradient_by_hand():
     assert policy_gradient(sim, batch, "std")[0, SKILL] == pytest.approx(0.5 * 4 * 0.5)
     with pytest.raises(ValueError, match="normalize must be"):
         policy_gradient(sim, batch, "max")
-    with pytest.raises(ValueError, match="BenchConfig.normalize must be"):
+    with pytest.raises(ValueError, match=r"BenchConfig\.normalize must be"):
         BenchConfig(normalize="max")
     assert BenchConfig(normalize=False).normalize == "mean"  # older result files
 

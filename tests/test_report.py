@@ -286,7 +286,7 @@ def test_digests_give_the_same_tables_as_the_run_directories(sweep, tmp_path, mo
     write_report(ReportOptions(("digests",), baseline="env.credit=none"), out, plots=False)
     assert check_report(out) == []
     digests[0].write_text(digests[0].read_text().replace('"seed":0', '"seed":"x"'))
-    with pytest.raises(ValueError, match="env.credit=none__seed=0.run.json: not a run digest"):
+    with pytest.raises(ValueError, match=r"env\.credit=none__seed=0\.run\.json: not a run digest"):
         build_report(ReportOptions(("digests",)))
     from marti_trainer.report import write_digests
 

@@ -470,14 +470,24 @@ def _zero_spread_fraction(played: Sequence[Played]) -> float:
     return float(np.mean([np.ptp(v) == 0 for v in slots.values()])) if slots else float("nan")
 
 
+GENERATORS = ("arithmetic", "code_gen", "expr")
+"""Procedural task sources with a test split (``{"type": ..., "split": "test"}``)."""
+
+
 def _held_out(env_spec: EnvChoice) -> dict[str, Any]:
-    """The ``make`` arguments of held-out episodes: the test split unless ``tasks`` is set."""
+    """The ``make`` arguments of held-out episodes: the test split of the env's procedural
+    task source (arithmetic unless the env or its spec names another: ``"expr"``,
+    ``{"type": "code_gen", ...}``); other task sources as they are."""
     import marti_env
 
-    spec_kwargs = marti_env.spec(env_spec.env_id).kwargs
-    if "tasks" in env_spec.kwargs or "tasks" in spec_kwargs:
-        return dict(env_spec.kwargs)
-    return {**env_spec.kwargs, "tasks": {"type": "arithmetic", "split": "test"}}
+    tasks = env_spec.kwargs.get("tasks", marti_env.spec(env_spec.env_id).kwargs.get("tasks"))
+    if tasks is None:
+        tasks = "arithmetic"
+    if isinstance(tasks, str) and tasks in GENERATORS:
+        tasks = {"type": tasks}
+    if isinstance(tasks, dict) and tasks.get("type") in GENERATORS:
+        return {**env_spec.kwargs, "tasks": {**tasks, "split": "test"}}
+    return dict(env_spec.kwargs)
 
 
 def evaluate_team(
