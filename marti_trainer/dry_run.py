@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marti_env.credit import is_replay_method
+from marti_env.replay import generations_needed
 from marti_trainer.config import TrainConfig
 
 __all__ = [
@@ -167,12 +169,13 @@ class RunPlan:
     evaluations: int = 0
     total_steps: int = 0
     max_new_tokens: int = 0
+    replay_generations_per_step: int = 0
+    """Extra generations of a re-execution credit method (``env.credit``), per step."""
 
     @property
     def total_generations(self) -> int:
-        return self.total_steps * self.generations_per_step + self.evaluations * (
-            self.eval_generations
-        )
+        per_step = self.generations_per_step + self.replay_generations_per_step
+        return self.total_steps * per_step + self.evaluations * self.eval_generations
 
 
 def _model_dir(name: str) -> tuple[Path | None, str | None]:
@@ -239,6 +242,10 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
             error = str(e)
     widths = _round_widths(built.probe)
     turns = sum(widths)
+    replays = 0
+    if is_replay_method(built.credit):  # on the probe episode _round_widths just played
+        record = built.probe.unwrapped.record
+        replays = sum(generations_needed(record, c) for c in built.credit.interventions(record))
     r, e = cfg.rollout, cfg.eval
     evaluations = int(e.at_start) + int(e.at_end)
     if e.every:
@@ -257,6 +264,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         turns_per_episode=turns,
         eval_chunk_rows=(e.chunk_tasks or len(built.eval_tasks)) * max(widths) * max(1, e.samples),
         generations_per_step=r.tasks_per_step * r.n_samples * turns,
+        replay_generations_per_step=r.tasks_per_step * r.n_samples * replays,
         eval_generations=len(built.eval_tasks) * max(1, e.samples) * turns,
         evaluations=evaluations,
         total_steps=cfg.total_steps,
@@ -367,6 +375,11 @@ def format_plan(plan: RunPlan) -> str:
         f"({plan.turns_per_episode} per episode); per held-out evaluation: "
         f"{plan.eval_generations} x {plan.evaluations} evaluations"
     )
+    if plan.replay_generations_per_step:
+        lines.append(
+            f"credit '{plan.config['env']['credit']}' re-executes episodes: "
+            f"{plan.replay_generations_per_step} more generations per step (not trained on)"
+        )
     e = plan.config["eval"]
     batch = plan.config["rollout"]["batch_size"]
     fits = plan.eval_chunk_rows <= batch or plan.config["rollout"]["backend"] != "hf"

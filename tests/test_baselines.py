@@ -217,3 +217,14 @@ def test_dry_run_says_whether_evaluation_depends_on_the_batch_size():
     assert "over rollout.batch_size 32, so results depend on it (raise it to 96" in format_plan(
         plan
     )
+
+
+def test_dry_run_counts_the_replays_of_a_re_execution_credit(capsys):
+    """mad-v0 2x2 with leave_one_out_replay: removing a debater re-runs the other's round-1
+    turn, 2 replay generations per episode, x 8 tasks x 4 episodes = 64 per step."""
+    cfg = load_config(REPO / "baselines" / "quickstart.yaml", ["env.credit=leave_one_out_replay"])
+    plan = plan_run(cfg)
+    assert plan.replay_generations_per_step == 64 and plan.generations_per_step == 128
+    assert plan.total_generations == 15 * (128 + 64) + 2 * plan.eval_generations
+    main(["train", "baselines/quickstart.yaml", "env.credit=leave_one_out_replay", "--dry-run"])
+    assert "re-executes episodes: 64 more generations per step" in capsys.readouterr().out
