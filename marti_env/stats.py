@@ -14,6 +14,8 @@ with honest uncertainty. Each function is small and pure; randomness (the bootst
 * :func:`paired_difference`: two configs on the same seeds (and problems): mean difference,
   CI, wins/ties/losses and a plain verdict ("indistinguishable at 95%"), checked by the
   exact sign-flip test :func:`sign_flip_p_value`.
+* :func:`mcnemar_exact`: one run before and after training on the same problems (0/1
+  outcomes): problems gained, lost, and the exact McNemar p-value (McNemar 1947).
 
 Every CI is an :class:`Estimate` (``est.format()`` -> ``"0.674 [0.601, 0.742]"``). The
 bootstrap is :func:`scipy.stats.bootstrap` (independent resampling of each sample given to
@@ -38,6 +40,7 @@ __all__ = [
     "PairedDifference",
     "iqm",
     "iqm_ci",
+    "mcnemar_exact",
     "mean_ci",
     "paired_difference",
     "probability_of_improvement",
@@ -455,6 +458,35 @@ def sign_flip_p_value(
         **_rng_kwargs(seed, _st.permutation_test),
     )
     return float(min(1.0, res.pvalue))
+
+
+def mcnemar_exact(
+    before: Mapping[str, float], after: Mapping[str, float]
+) -> tuple[int, int, float]:
+    """Problems gained and lost between two 0/1 evaluations of the same problems, and the
+    two-sided exact McNemar p-value (McNemar 1947): under "no change", each discordant
+    problem is equally likely gained or lost, so ``p = P(|Binomial(g + l, 1/2) - (g + l)/2|
+    >= |g - (g + l)/2|)`` (:func:`scipy.stats.binomtest`). It measures one run's change
+    over its problems, not the spread between seeds (:func:`paired_difference` does that).
+
+    By hand: 5 gained, 0 lost: p = 2 x 0.5^5 = 0.0625; 6 gained, 1 lost: p = 2 x (1 + 7) /
+    2^7 = 0.125. No discordant problem: p = 1.
+
+    Raises:
+        ValueError: the problem sets differ, or an outcome is not 0 or 1 (naming it).
+    """
+    if set(before) != set(after):
+        missing = sorted(set(before) ^ set(after))[:3]
+        raise ValueError(f"before and after must hold the same problems; differ in {missing}")
+    for name, outcomes in (("before", before), ("after", after)):
+        bad = next((k for k, v in outcomes.items() if v not in (0.0, 1.0)), None)
+        if bad is not None:
+            raise ValueError(f"{name}[{bad!r}] = {outcomes[bad]!r}: outcomes must be 0 or 1")
+    gained = sum(1 for k in before if before[k] == 0.0 and after[k] == 1.0)
+    lost = sum(1 for k in before if before[k] == 1.0 and after[k] == 0.0)
+    if gained + lost == 0:
+        return 0, 0, 1.0
+    return gained, lost, float(_st.binomtest(gained, gained + lost, 0.5).pvalue)
 
 
 def paired_difference(

@@ -61,6 +61,7 @@ import yaml
 from marti_env.stats import (
     Estimate,
     iqm_ci,
+    mcnemar_exact,
     mean_ci,
     paired_difference,
     probability_of_improvement_ci,
@@ -158,6 +159,7 @@ class RunRecord:
         problems: Task id -> mean outcome at the final evaluation (from its transcript),
             or None without one.
         answers: Task id -> reference answer at the final evaluation (the problem set).
+        start_problems: Task id -> mean outcome at the step-0 evaluation, or None.
         generations_per_step: Model calls sampled per training step, when known.
         tokens: Step -> response tokens the training rollouts generated up to and including
             that step (0 at step 0), from ``transcripts.jsonl``; empty without it.
@@ -171,6 +173,7 @@ class RunRecord:
     curve: list[tuple[int, float]] = field(default_factory=list)
     problems: dict[str, float] | None = None
     answers: dict[str, str] | None = None
+    start_problems: dict[str, float] | None = None
     generations_per_step: float | None = None
     tokens: dict[int, float] = field(default_factory=dict)
 
@@ -228,6 +231,11 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
         final = run_dir / "eval" / f"step_{run.evals[-1][0]:06d}.jsonl"
         if final.is_file():
             _read_final_eval(run, final, sources)
+        first = run_dir / "eval" / "step_000000.jsonl"
+        if run.evals[0][0] == 0 and first.is_file():
+            start = RunRecord(run_dir, run.seed, run.config, run.finished)
+            _read_final_eval(start, first, sources)
+            run.start_problems = start.problems
     if finished and (run_dir / "transcripts.jsonl").is_file():
         _read_tokens(run, run_dir / "transcripts.jsonl", sources)
     return run
@@ -243,6 +251,7 @@ def _digest(run: RunRecord) -> dict[str, Any]:
         "curve": [list(c) for c in run.curve],
         "problems": run.problems,
         "answers": run.answers,
+        "start_problems": run.start_problems,
         "generations_per_step": run.generations_per_step,
         "tokens": {str(k): v for k, v in run.tokens.items()},
     }
@@ -258,6 +267,7 @@ def _read_digest(path: Path, sources: _Sources) -> RunRecord:
         run.curve = [(int(s), float(a)) for s, a in data["curve"]]
         run.problems = data["problems"]
         run.answers = data["answers"]
+        run.start_problems = data.get("start_problems")
         run.generations_per_step = data["generations_per_step"]
         run.tokens = {int(k): float(v) for k, v in data["tokens"].items()}
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
@@ -681,10 +691,14 @@ def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
         "",
         f"Final accuracy of each run with a {level} interval over its held-out problems: "
         "Wilson's for one 0/1 outcome per problem, else (avg@k) a bootstrap of the "
-        "per-problem scores; n/a without the evaluation's transcript.",
+        "per-problem scores; n/a without the evaluation's transcript. Change over step 0: "
+        "problems gained and lost between the step-0 and final evaluations of the same "
+        "problems, with the exact McNemar p-value (`marti_env.stats.mcnemar_exact`): the "
+        "evidence that this run changed, not that the config beats another across seeds.",
         "",
-        "| config | seed | run | step | problems | final accuracy [CI] | step-0 accuracy |",
-        "|---|---|---|---|---|---|---|",
+        "| config | seed | run | step | problems | final accuracy [CI] | step-0 accuracy | "
+        "change over step 0: gained / lost, McNemar p |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         for r in g.runs:
@@ -699,9 +713,20 @@ def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
             start = "n/a" if r.start_accuracy is None else f"{100 * r.start_accuracy:.1f}"
             lines.append(
                 f"| {g.label} | {r.seed} | {_display(r.path)} | {r.evals[-1][0]} | "
-                f"{n if n is not None else 'n/a'} | {acc} | {start} |"
+                f"{n if n is not None else 'n/a'} | {acc} | {start} | {_change(r)} |"
             )
     return lines
+
+
+def _change(run: RunRecord) -> str:
+    """``"gained / lost, p = ..."`` between the step-0 and final evaluations, or n/a."""
+    before, after = run.start_problems, run.problems
+    if not before or not after or set(before) != set(after):
+        return "n/a"
+    if not all(v in (0.0, 1.0) for v in (*before.values(), *after.values())):
+        return "n/a (avg@k)"
+    gained, lost, p = mcnemar_exact(before, after)
+    return f"{gained} / {lost}, p = {p:.2g}"
 
 
 # ----------------------------------------------------------------------------- plots

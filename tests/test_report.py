@@ -99,6 +99,8 @@ def test_tables_hold_the_hand_computed_figures(sweep):
     # per run: 5 of 10 right -> Wilson [23.7, 76.3]
     run = _row(page, "| env.credit=quality | 0 |")
     assert run[4:6] == ["10", "50.0 [23.7, 76.3]"]
+    # step 0: problems 0-1 right; final: 0-4 right -> 3 gained, 0 lost, p = 2 / 2^3 = 0.25
+    assert run[7] == "3 / 0, p = 0.25"
 
 
 def test_page_cites_its_files_and_is_regenerated_from_them(sweep, tmp_path, monkeypatch):
@@ -116,7 +118,7 @@ def test_page_cites_its_files_and_is_regenerated_from_them(sweep, tmp_path, monk
         if len(c) == 2 and len(c[1]) == 64
     }
     metrics = Path("sweep/env.credit=none__seed=1/metrics.jsonl")
-    assert len(cited) == 6 * 4  # config, metrics, summary, final eval of each of 6 runs
+    assert len(cited) == 6 * 5  # config, metrics, summary, step-0 and final eval of 6 runs
     assert cited[metrics.as_posix()] == hashlib.sha256(metrics.read_bytes()).hexdigest()
     assert check_report(out) == []
     assert main(["report", "--check", str(out)]) == 0

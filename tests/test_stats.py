@@ -285,3 +285,18 @@ def test_a_task_with_one_run_is_held_fixed_in_the_stratified_bootstrap():
     # X's single run beats every run of Y, whatever is redrawn: P(X > Y) = 1 exactly.
     poi = probability_of_improvement_ci([0.5], [0.1, 0.2, 0.3], n_resamples=2_000)
     assert (poi.mean, poi.low, poi.high) == (1.0, 1.0, 1.0)
+
+
+def test_mcnemar_exact_by_hand():
+    from marti_env.stats import mcnemar_exact
+
+    before = {f"p{i}": 0.0 for i in range(5)}
+    assert mcnemar_exact(before, {k: 1.0 for k in before}) == (5, 0, 0.0625)  # 2 x 0.5^5
+    before = {**{f"p{i}": 0.0 for i in range(6)}, "p6": 1.0}
+    after = {**{f"p{i}": 1.0 for i in range(6)}, "p6": 0.0}
+    assert mcnemar_exact(before, after) == (6, 1, pytest.approx(0.125))  # 2 x 8 / 2^7
+    assert mcnemar_exact(before, before) == (0, 0, 1.0)
+    with pytest.raises(ValueError, match="same problems"):
+        mcnemar_exact(before, {"p0": 1.0})
+    with pytest.raises(ValueError, match=r"after\['p0'\] = 0.5"):
+        mcnemar_exact({"p0": 0.0}, {"p0": 0.5})
