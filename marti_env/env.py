@@ -196,6 +196,10 @@ class WorkflowEnv(ParallelEnv):
         same transcript; :func:`marti_env.replay.replay` plays it with some actions changed
         (the counterfactual "what if this agent had said something else").
 
+        The env's generator is set to the record's state, so a later unseeded ``reset``
+        continues *that* episode's stream; replay on a copy of the env
+        (:func:`marti_env.replay.replay` does) to keep this env's own stream.
+
         Raises:
             ValueError: the record comes from another env id or has no start state (it was
                 written before start states were recorded).

@@ -160,9 +160,11 @@ class RunRecord:
             or None without one.
         answers: Task id -> reference answer at the final evaluation (the problem set).
         start_problems: Task id -> mean outcome at the step-0 evaluation, or None.
-        generations_per_step: Model calls sampled per training step, when known.
+        generations_per_step: Model calls sampled per training step, when known (with a
+            re-execution credit method's replays).
         tokens: Step -> response tokens the training rollouts generated up to and including
-            that step (0 at step 0), from ``transcripts.jsonl``; empty without it.
+            that step (0 at step 0), from ``transcripts.jsonl`` (plus the replays' tokens
+            from ``metrics.jsonl``); empty without it.
     """
 
     path: Path
@@ -238,6 +240,7 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
             run.start_problems = start.problems
     if finished and (run_dir / "transcripts.jsonl").is_file():
         _read_tokens(run, run_dir / "transcripts.jsonl", sources)
+    _add_replay_cost(run, history)
     return run
 
 
@@ -307,6 +310,23 @@ def write_digests(paths: Sequence[str | Path], out_dir: str | Path) -> list[Path
     if not written:
         raise ValueError(f"no finished run under {[str(p) for p in paths]} to digest")
     return sorted(written)
+
+
+def _add_replay_cost(run: RunRecord, history: list[dict[str, Any]]) -> None:
+    """A re-execution credit method's replays are inference too: their mean generations per
+    step (``rollout/replay_generations``) join ``generations_per_step`` and their tokens
+    (``rollout/replay_tokens``) the cumulative token counts."""
+    replays = {int(h["step"]): h for h in history if "rollout/replay_generations" in h}
+    if not replays:
+        return
+    if run.generations_per_step is not None:
+        mean = float(np.mean([h["rollout/replay_generations"] for h in replays.values()]))
+        run.generations_per_step += mean
+    if run.tokens:
+        extra = 0.0
+        for step in sorted(run.tokens):
+            extra += float(replays.get(step, {}).get("rollout/replay_tokens", 0.0))
+            run.tokens[step] += extra
 
 
 def _read_tokens(run: RunRecord, path: Path, sources: _Sources) -> None:
@@ -543,14 +563,17 @@ class ReportOptions:
     seed: int = 0
     title: str = "Results"
     summary_into: str | None = None
+    note: str | None = None
+    """A paragraph under the heading: what the figures do not show (e.g. correlated
+    problems), in the author's words, recorded with the arguments."""
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"paths": list(self.paths), "baseline": self.baseline, "min_effect": self.min_effect,
-             "confidence": self.confidence, "seed": self.seed, "title": self.title,
-             "summary_into": self.summary_into},
-            sort_keys=True,
-        )  # fmt: skip
+        data = {"paths": list(self.paths), "baseline": self.baseline,
+                "min_effect": self.min_effect, "confidence": self.confidence, "seed": self.seed,
+                "title": self.title, "summary_into": self.summary_into}  # fmt: skip
+        if self.note:
+            data["note"] = self.note
+        return json.dumps(data, sort_keys=True)
 
 
 @dataclass
@@ -595,6 +618,7 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         f"configs. Accuracies are held-out team accuracy in percent; intervals are {level} "
         "confidence intervals (see docs/evidence.md for what each one means).",
         "",
+        *([f"**Note.** {opts.note}", ""] if opts.note else []),
         "## Held-out accuracy per config",
         "",
         f"| config | seeds | final accuracy, mean [{level} CI] | IQM [{level} CI] | gain over "

@@ -111,10 +111,6 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     boxed = [bool(t.answer) for e in batch.episodes for t in e.turns]
     out["rollout/boxed_rate"] = float(np.mean(boxed))
     out["rollout/tokens_per_s"] = batch.stats.tokens_per_s
-    if batch.stats.replay_generations:  # a replay credit method's extra cost
-        out["rollout/replay_generations"] = float(batch.stats.replay_generations)
-        out["rollout/replay_tokens"] = float(batch.stats.replay_tokens)
-        out["time/replay_s"] = batch.stats.replay_s
     return out
 
 
@@ -485,6 +481,10 @@ def _train_step(
     )  # fmt: skip
     verification = sum(v.busy_s for v in verifiers) - verified0
     metrics = rollout_metrics(batch, cfg.algorithm.group_by)
+    if replay is not None:  # a re-execution credit method's extra cost (0 is a figure too)
+        metrics["rollout/replay_generations"] = float(batch.stats.replay_generations)
+        metrics["rollout/replay_tokens"] = float(batch.stats.replay_tokens)
+        metrics["time/replay_s"] = batch.stats.replay_s
     t1, c1 = time.perf_counter(), time.process_time()
     work: dict[str, float] = defaultdict(float)
     for unit in team.units:

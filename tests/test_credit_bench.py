@@ -140,6 +140,13 @@ def test_policy_gradient_by_hand():
     assert policy_gradient(sim, same)[0, SKILL] == 0.0
 
 
+def test_budget_episodes_by_hand():
+    from marti_env.credit.bench.harness import budget_episodes
+
+    assert budget_episodes(48, 15) == 3 and budget_episodes(18, 6) == 3
+    assert budget_episodes(18, 15) == 2  # the floor: a baseline needs two episodes
+
+
 def test_agent_scale_policy_gradient_by_hand():
     """Two rounds of one agent: round 0 rewards 1/0, round 1 rewards 0.5/0 (a discounted
     round). c = +-0.5 and +-0.25; sigma = sqrt((2 * 0.25 + 2 * 0.0625) / 4) = 0.3953.
@@ -288,10 +295,12 @@ def test_replay_methods_pay_for_replays_at_equal_generation_budget():
     result = run_benchmark(methods, ["chain-v0"], [0], config)
     rows = {r["method"]: r for r in result.rows}
     assert rows["none"]["episodes"] == 2 * 6 and rows["none"]["generations"] == 2 * 6 * 3
-    for m in ("leave_one_out_replay", "sibling"):
-        assert 2 * 2 <= rows[m]["episodes"] < 2 * 6
-        # the budget is spent, overshooting by at most one episode and its replays
-        assert rows[m]["generations"] >= 2 * 6 * 3
+    # leave-one-out replays cost 2 + 1 + 0 a chain episode: 3 + 3 = 6 per episode, so a
+    # budget of 6 x 3 = 18 generations affords 3 episodes, exactly spent
+    assert rows["leave_one_out_replay"]["episodes"] == 2 * 3
+    assert rows["leave_one_out_replay"]["generations"] == 2 * 6 * 3
+    # two siblings per turn: 3 turns + 2 x (3 + 2 + 1) = 15 per episode -> the floor of 2
+    assert rows["sibling"]["episodes"] == 2 * 2 and rows["sibling"]["generations"] == 2 * 2 * 15
     # re-execution sees the generator's influence on the refiner: not flagged =none
     assert result.flags[("chain-v0", "leave_one_out")] is True
     assert result.flags[("chain-v0", "leave_one_out_replay")] is False

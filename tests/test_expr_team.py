@@ -428,3 +428,15 @@ def test_fast_benchmark_smoke():
     assert {"none", "leave_one_out_replay", "oracle"} <= set(rows)
     assert rows["leave_one_out_replay"]["fidelity"] == pytest.approx(1.0)  # it is the truth
     assert all(0.0 <= r["acc_final"] <= 1.0 for r in result.rows)
+
+
+def test_no_silent_coercion_and_never_raising_evaluation():
+    from marti_env.tasks.expr import ExprError, ExprTask, evaluate_all, evaluate_expr
+
+    assert evaluate_all(["x"], [1, 2]) == ((None, "not an expression: list"),) * 2  # type: ignore[arg-type]
+    with pytest.raises(ExprError, match="must be an integer"):
+        evaluate_expr("x + 1", 1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"test \(1.9, 2.7\) is not a pair of integers"):
+        ExprTask("t", "spec", "x + 1", "expr", tests=((1.9, 2.7),))
+    with pytest.raises(ValueError, match="is not a pair of integers"):
+        ExprTask("t", "spec", "x + 1", "expr", tests=((True, 2),))

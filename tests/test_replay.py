@@ -108,6 +108,13 @@ def test_leave_one_out_replay_credits_upstream_agents_the_static_rule_cannot():
     assert spent == 2 + 1 + 0
     method = make_credit("leave_one_out_replay")
     assert sum(generations_needed(record, c) for c in method.interventions(record)) == spent
+    # against null replays (first turn kept, the rest regenerated): the deterministic
+    # copier reproduces R = 1 there, so the same rewards, for 2 + 1 + 0 more generations
+    again = EpisodeRecord.from_dict(json.loads(record.to_json()))
+    method = make_credit("leave_one_out_replay", reference="replayed")
+    assert len(method.interventions(again)) == 6
+    assert credit_by_replay(env, [again], method, copier("-1")) == 2 * spent
+    assert {t.agent: t.reward for t in again.turns} == rewards
     assert record.credit == "leave_one_out_replay" and record.agent_rewards == rewards
 
 
@@ -168,6 +175,31 @@ def test_records_keep_their_start_state_through_json():
     assert [t.messages for t in out.records[0].turns] == [t.messages for t in record.turns]
 
 
+def test_siblings_of_one_turn_are_independent_draws_in_the_trainer():
+    """The trainer's replay policy seeds every request on its own: the two siblings of a
+    turn (same prompt) are different samples."""
+    from marti_trainer.policies import SamplingParams
+    from marti_trainer.policies.simulated import SimulatedPolicy
+    from marti_trainer.rollout.engine import _replay_policy, _Route
+    from marti_trainer.rollout.samples import RolloutStats
+
+    env = marti_env.make("chain-v0")
+    record = play(env, copier(solo="-1"), seed=3)
+    policy = SimulatedPolicy(accuracy=0.5, seed=0)
+    routes = {a: _Route("policy", policy, None, SamplingParams(temperature=1.0))
+              for a in env.possible_agents}  # fmt: skip
+    seen = []
+
+    def recording(requests):
+        texts = _replay_policy(routes, 0, RolloutStats("sync", 1))(requests)
+        seen.extend(zip([(q.agent, q.round, q.messages) for q in requests], texts, strict=True))
+        return texts
+
+    replay(env, [(record, Intervention.on_turn("generator_0", 0, "resample"))] * 8, recording)
+    first = [text for (agent, r, _), text in seen if (agent, r) == ("generator_0", 0)]
+    assert len(first) == 8 and len(set(first)) > 1
+
+
 def test_bad_input_is_named():
     env = marti_env.make("chain-v0")
     record = play(env, copier(solo="-1"), seed=3)
@@ -190,6 +222,8 @@ def test_bad_input_is_named():
         marti_env.make("mad-v0", credit="sibling")
     with pytest.raises(TypeError, match="'none' does not re-execute"):
         credit_by_replay(env, [record], make_credit("none"), copier("-1"))
+    with pytest.raises(ValueError, match="reference must be 'recorded' or 'replayed'"):
+        make_credit("leave_one_out_replay", reference="both")
     with pytest.raises(ValueError, match="samples must be"):
         make_credit("leave_one_out_replay", samples=0)
 
@@ -221,6 +255,25 @@ def test_rollout_with_a_replay_credit_rewards_samples_and_counts_the_cost():
     assert all(
         s.reward == batch.episodes[s.episode].outcome for s in batch.samples if s.role == "refiner"
     )
+    # upstream agents are paid their replayed difference, not the outcome (as `none` would)
+    upstream = [s for s in batch.samples if s.role != "refiner"]
+    assert any(s.reward != batch.episodes[s.episode].outcome for s in upstream)
     with pytest.raises(ValueError, match="credits the episodes itself"):
         rollout("chain-v0", tasks, 1, SimulatedPolicy(), progress=False,
                 env_kwargs={"credit": "quality"}, replay_credit=make_credit("sibling"))  # fmt: skip
+
+
+def test_code_kinds_of_task_survive_json_and_replay():
+    """An expr-team-v0 episode read back from JSON keeps its ExprTask (with the hidden
+    tests), so it can be replayed from a transcript file."""
+    env = marti_env.make("expr-team-v0")
+    env.reset(seed=4)
+    task = env.record.task
+    while env.agents:
+        env.step({a: f"\\boxed{{{task.answer}}}" for a in env.agents})
+    back = EpisodeRecord.from_dict(json.loads(env.record.to_json()))
+    assert type(back.task) is type(task) and back.task == task
+    out = replay(env, [(back, Intervention.on_turn("coder_0", 1, "replace", "\\boxed{x}"))], None)
+    assert [t.response for t in out.records[0].turns[:2]] == [t.response for t in back.turns[:2]]
+    with pytest.raises(ValueError, match="of kind 'nope'"):
+        EpisodeRecord.from_dict({**back.to_dict(), "task": {**task.to_dict(), "kind": "nope"}})

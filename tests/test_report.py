@@ -285,8 +285,10 @@ def test_digests_give_the_same_tables_as_the_run_directories(sweep, tmp_path, mo
 
     assert tables(from_digests) == tables(from_runs) and len(tables(from_runs)) == 3
     out = Path("docs/results.md")
-    write_report(ReportOptions(("digests",), baseline="env.credit=none"), out, plots=False)
-    assert check_report(out) == []
+    note = "The problems come from 3 templates, so they are not independent."
+    opts = ReportOptions(("digests",), baseline="env.credit=none", note=note)
+    write_report(opts, out, plots=False)
+    assert f"**Note.** {note}" in out.read_text() and check_report(out) == []
     digests[0].write_text(digests[0].read_text().replace('"seed":0', '"seed":"x"'))
     with pytest.raises(ValueError, match=r"env\.credit=none__seed=0\.run\.json: not a run digest"):
         build_report(ReportOptions(("digests",)))
@@ -295,3 +297,16 @@ def test_digests_give_the_same_tables_as_the_run_directories(sweep, tmp_path, mo
     fake_run(tmp_path / "u", "r", 0, "none", 0.5, finished=False)
     with pytest.raises(ValueError, match="no finished run"):
         write_digests([tmp_path / "u"], "x")
+
+
+def test_replay_generations_count_as_inference(tmp_path):
+    """A re-execution credit's replays join the generations per step: 4 tasks x 2 episodes
+    x 2 turns = 16, plus a mean of (6 + 10) / 2 = 8 replay generations -> 24."""
+    from marti_trainer.report import read_run
+
+    run = fake_run(tmp_path, "r", 0, "leave_one_out_replay", 0.5)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row, extra in zip([r for r in rows if "rollout/outcome" in r], (6, 10), strict=True):
+        row["rollout/replay_generations"] = extra
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_run(run).generations_per_step == 16 + 8

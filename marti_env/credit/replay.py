@@ -29,11 +29,14 @@ shapley_replay            phi_i of v(S) = mean_m R(only S speaks)_m   (2^n - 1) 
 sibling                   R - mean_k R(turn t resampled)_k            T x samples
 ========================  ==========================================  ======================
 
-(``R`` the recorded outcome; ``v(N) = R``; ``samples`` replays averaged.)
+(``R`` the recorded outcome, or for ``leave_one_out_replay`` with ``reference="replayed"``
+the mean of as many null replays, which doubles its replays; ``v(N) = R``; ``samples``
+replays averaged.)
 """
 
 from __future__ import annotations
 
+import copy
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from marti_env.credit._checks import check_int
-from marti_env.credit.base import CreditMethod, FinalAnswerRule, register_credit
+from marti_env.credit.base import CreditMethod, FinalAnswerRule, make_credit, register_credit
 from marti_env.credit.counterfactual import coalitions, shapley_from_values
 from marti_env.record import EpisodeRecord
 from marti_env.replay import Intervention, ReplayPolicy, replay
@@ -99,36 +102,64 @@ def _samples(name: str, samples: int) -> int:
 @dataclass
 class LeaveOneOutReplay(ReplayCreditMethod):
     """Difference rewards by re-execution: every turn of agent i earns
-    ``D_i = R - mean_m R'_{i,m}``, with ``R'_{i,m}`` the outcome of the episode re-run with
+    ``D_i = R_ref - mean_m R'_{i,m}``, with ``R'_{i,m}`` the outcome of the episode re-run with
     all of agent i's turns removed (answering ``""``) and every later turn regenerated
     (Wolpert & Tumer's difference reward, the "absent" default action). By hand: a chain
     whose generator is removed and whose refiner then fails gives the generator
     ``1 - 0 = 1``; a static rule over the refiner's answer gives it nothing.
 
+    ``R_ref`` is the recorded outcome (``reference="recorded"``, the default), or the mean
+    outcome of ``samples`` *null* replays (``reference="replayed"``): agent i's first turn
+    kept as recorded and everything after it regenerated, as in the removal replays. The
+    recorded outcome carries the luck of the downstream agents' recorded draws, which the
+    removal replays redraw; the null replays compare like with like (fixed-context
+    replay, C3 arXiv 2603.06859) at twice the replays.
+
     Args:
         samples: Replays averaged per agent (1..64); the policies' randomness makes one
             replay a noisy estimate.
+        reference: ``"recorded"`` or ``"replayed"``.
     """
 
     samples: int = 1
+    reference: str = "recorded"
 
     def __post_init__(self) -> None:
         self.samples = _samples(self.name, self.samples)
+        if self.reference not in ("recorded", "replayed"):
+            raise ValueError(
+                f"credit method '{self.name}': reference must be 'recorded' or 'replayed', "
+                f"got {self.reference!r}"
+            )
 
     def interventions(self, episode: EpisodeRecord) -> list[Intervention]:
-        return [
+        out = [
             Intervention.without(episode, [a])
             for a in _agents(episode)
             for _ in range(self.samples)
         ]
+        if self.reference == "replayed":
+            first = {a: next(t for t in episode.turns if t.agent == a) for a in _agents(episode)}
+            out += [
+                Intervention.on_turn(a, t.round, "replace", t.response)
+                for a, t in first.items()
+                for _ in range(self.samples)
+            ]
+        return out
 
     def assign_replayed(
         self, episode: EpisodeRecord, replays: Sequence[EpisodeRecord]
     ) -> Sequence[float]:
+        agents = _agents(episode)
         outcomes = np.array([r.outcome for r in replays]).reshape(-1, self.samples)
+        removed, null = outcomes[: len(agents)], outcomes[len(agents) :]
+        reference = (
+            {a: float(row.mean()) for a, row in zip(agents, null, strict=True)}
+            if self.reference == "replayed"
+            else dict.fromkeys(agents, episode.outcome)
+        )
         value = {
-            a: episode.outcome - float(row.mean())
-            for a, row in zip(_agents(episode), outcomes, strict=True)
+            a: reference[a] - float(row.mean()) for a, row in zip(agents, removed, strict=True)
         }
         return [value[t.agent] for t in episode.turns]
 
@@ -242,7 +273,9 @@ def credit_by_replay(
         )
     plan = [method.interventions(r) for r in records]
     jobs = [(r, change) for r, changes in zip(records, plan, strict=True) for change in changes]
-    result = replay(env, jobs, policy)
+    quiet = copy.copy(getattr(env, "unwrapped", env))
+    quiet.credit = make_credit("none")  # replays must not feed a stateful method's history
+    result = replay(quiet, jobs, policy)
     start = 0
     for record, changes in zip(records, plan, strict=True):
         mine = result.records[start : start + len(changes)]

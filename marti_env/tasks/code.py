@@ -37,7 +37,7 @@ import importlib.util
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,8 @@ class CodeTask(Task):
             ``from typing import List``, which a model's program often leaves out).
     """
 
+    kind = "code"
+
     entry_point: str = ""
     tests: tuple[str, ...] = ()
     setup: str = ""
@@ -129,7 +131,7 @@ class CodeTask(Task):
         object.__setattr__(self, "tests", tests)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = super().to_dict()
         data["tests"] = list(self.tests)
         return data
 

@@ -187,8 +187,10 @@ def evaluate_expr(source: str, x: int) -> int:
         ExprError: see :func:`parse_expr`; also division or modulo by zero, ``|x|`` or an
             intermediate value larger than :data:`MAX_MAGNITUDE`.
     """
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ExprError(f"the input x must be an integer, got {x!r}")
     node = parse_expr(source)
-    return _eval(node, _bounded(int(x)))
+    return _eval(node, _bounded(x))
 
 
 def _bounded(value: int) -> int:
@@ -230,7 +232,10 @@ def _eval(node: ast.AST, x: int) -> int:
 
 def evaluate_all(source: str, inputs: Sequence[int]) -> tuple[tuple[int | None, str | None], ...]:
     """``(value, None)`` or ``(None, error message)`` of ``source`` at each input; never
-    raises (an invalid expression gives its error at every input)."""
+    raises (an invalid expression, or one that is not a string, gives its error at every
+    input)."""
+    if not isinstance(source, str):
+        return tuple((None, f"not an expression: {type(source).__name__}") for _ in inputs)
     try:
         parse_expr(source)
     except ExprError as e:
@@ -307,6 +312,10 @@ def _balanced(text: str, start: int) -> str | None:
     return None
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class ExprTask(Task):
     """A task whose answer is an expression in ``x``, graded by hidden tests.
@@ -315,15 +324,20 @@ class ExprTask(Task):
         tests: Hidden tests, ``(x, y)`` pairs: the expression must give ``y`` at ``x``.
     """
 
+    kind = "expr"
+
     tests: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         try:
-            tests = tuple((int(x), int(y)) for x, y in self.tests)
+            tests = tuple((x, y) for x, y in self.tests)
         except (TypeError, ValueError) as e:
             raise ValueError(
                 f"expression task {self.id!r}: tests must be (x, y) integer pairs"
             ) from e
+        bad = next((t for t in tests if not all(_is_int(v) for v in t)), None)
+        if bad is not None:  # a float or bool would be truncated silently by int()
+            raise ValueError(f"expression task {self.id!r}: test {bad!r} is not a pair of integers")
         if not tests:
             raise ValueError(f"expression task {self.id!r}: tests must not be empty")
         object.__setattr__(self, "tests", tests)

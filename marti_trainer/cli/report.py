@@ -50,6 +50,10 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="also put the per-config and paired tables into FILE (e.g. README.md), between "
         "its lines <!-- marti report summary: begin --> and <!-- marti report summary: end -->",
     )  # fmt: skip
+    parser.add_argument(
+        "--note", default=None,
+        help="a paragraph under the heading: what the figures do not show",
+    )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
     parser.add_argument(
         "--save-digests", metavar="DIR", default=None,
@@ -87,7 +91,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise ValueError("give at least one run or sweep folder (or --check PAGE)")
     opts = ReportOptions(
         tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed,
-        args.title, args.summary_into,
+        args.title, args.summary_into, args.note,
     )  # fmt: skip
     paths = write_report(opts, args.out, plots=not args.no_plots)
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -80,6 +80,7 @@ from marti_trainer.rollout.drivers import (
     Driver,
     DriverKind,
     GenerationRequest,
+    generate_each,
     make_driver,
 )
 from marti_trainer.rollout.samples import RolloutBatch, RolloutStats, Sample
@@ -274,32 +275,44 @@ def rollout(
 
 
 def _replay_policy(routes: Mapping[str, _Route], seed: int, stats: RolloutStats) -> ReplayPolicy:
-    """The rollout's policies as a replay policy: each call (one round of every replay in
-    flight) sends one batch per (policy, adapter, sampling parameters), seeded by
-    ``derive_seed(seed, call, first job)``, and counts the generated tokens."""
+    """The rollout's policies as a replay policy. Each call (one round of every replay in
+    flight) samples every request with its own seed,
+    ``derive_seed(_REPLAY, seed, call, job, agent index, round)``, so the siblings of one turn
+    and the replays of a GRPO group's identical prompts are independent draws; the requests
+    of one (policy, adapter) go out in as few batched calls as the backend allows
+    (:func:`~marti_trainer.rollout.drivers.generate_each`). Generated tokens are counted."""
     calls = [0]
+    agent_index = {a: i for i, a in enumerate(routes)}
 
     def policy(requests: Sequence[ReplayRequest]) -> list[str]:
         calls[0] += 1
-        groups: dict[tuple[int, str | None, int], list[int]] = {}
+        groups: dict[tuple[int, str | None], list[int]] = {}
         for i, q in enumerate(requests):
             route = routes[q.agent]
-            groups.setdefault((id(route.policy), route.adapter, id(route.params)), []).append(i)
+            groups.setdefault((id(route.policy), route.adapter), []).append(i)
         out: list[str] = [""] * len(requests)
         for rows in groups.values():
             route = routes[requests[rows[0]].agent]
-            params = dataclasses.replace(
-                route.params, seed=derive_seed(_REPLAY, seed, calls[0], requests[rows[0]].job)
+            params = [
+                _replay_params(routes, requests[i], seed, calls[0], agent_index) for i in rows
+            ]
+            generations = generate_each(
+                route.policy, [list(requests[i].messages) for i in rows], params, route.adapter
             )
-            generations = route.policy.generate(
-                [list(requests[i].messages) for i in rows], params, route.adapter
-            )
-            for i, gens in zip(rows, generations, strict=True):
-                out[i] = gens[0].text
-                stats.replay_tokens += len(gens[0].token_ids)
+            for i, gen in zip(rows, generations, strict=True):
+                out[i] = gen.text
+                stats.replay_tokens += len(gen.token_ids)
         return out
 
     return policy
+
+
+def _replay_params(
+    routes: Mapping[str, _Route], q: ReplayRequest, seed: int, call: int, index: Mapping[str, int]
+) -> SamplingParams:
+    """The agent's sampling parameters with the request's own replay seed."""
+    seed_q = derive_seed(_REPLAY, seed, call, q.job, index[q.agent], q.round)
+    return dataclasses.replace(routes[q.agent].params, seed=seed_q)
 
 
 def _credit_by_replay(
@@ -322,6 +335,7 @@ def _credit_by_replay(
     spent = time.perf_counter() - start
     batch.stats.replay_s = spent
     batch.stats.wall_s += spent
+    batch.stats.backend_s += spent  # the replays are generation time, not idle host time
 
 
 def _task_list(tasks: Sequence[Task] | TaskSource) -> list[Task]:

@@ -516,6 +516,14 @@ def evaluate_team(
     return {"acc": acc, "abl_drop": acc - ablated, "verifier_ba": ba}
 
 
+def budget_episodes(budget: int, cost: int) -> int:
+    """Episodes an update of ``budget`` generations affords at ``cost`` generations each
+    (the episode's turns plus its replays): ``max(2, budget // cost)``; at least two, so
+    advantages have a baseline (the rows record what was spent). By hand: a budget of 48
+    at 15 a piece affords 3."""
+    return max(2, budget // max(1, cost))
+
+
 def train(
     env_spec: EnvChoice, method: MethodSpec, team: SimTeam, seed: int, config: BenchConfig,
     eval_seeds: Sequence[int],
@@ -537,21 +545,23 @@ def train(
     generations = episodes = 0
     for _ in range(config.updates):
         batch: list[Played] = []
-        budget, spent = None, 0
+        episodes_now, spent = config.batch, 0
         for s in (int(x) for x in rng.integers(2**31, size=config.batch)):
-            if budget is not None and spent >= budget and len(batch) >= 2:
+            if len(batch) >= episodes_now:
                 break  # the replays used this update's budget (equal_budget)
             played = play(env, team, s, run_seed)
             spent += len(played.record.turns)
             if replayed:
-                spent += credit_by_replay(
+                cost = credit_by_replay(
                     plain,
                     [played.record],
                     credit,
                     sim_policy(team, run_seed),  # type: ignore[arg-type]
                 )
-                if config.equal_budget and budget is None:
-                    budget = config.batch * len(played.record.turns)
+                spent += cost
+                if config.equal_budget and not batch:  # fixed actors: every episode costs so
+                    turns = len(played.record.turns)
+                    episodes_now = budget_episodes(config.batch * turns, turns + cost)
             if method.control == "oracle":
                 truth = true_contributions(plain, team, s, run_seed, played.record.outcome)
                 for t in played.record.turns:
