@@ -171,7 +171,7 @@ def leaderboard_markdown(results: Sequence[Mapping[str, Any]], sources: Sequence
             f"Budget: {cfg['updates']} updates x {cfg['batch']} episodes (lr {cfg['lr']}), "
             f"{cfg['eval_episodes']} held-out episodes, {len(data['seeds'])} paired seeds "
             f"(team seed k, training seed k + {cfg.get('train_seed_offset', 0)}), "
-            f"min_effect {min_effect:g}.",
+            f"min_effect {min_effect:g}." + _budget_note(cfg),
             "",
         ]
         for env in data["envs"]:
@@ -213,6 +213,24 @@ def leaderboard_markdown(results: Sequence[Mapping[str, Any]], sources: Sequence
     lines += [f"- {c}" for c in cannot_tell] or ["- (none)"]
     lines.append("")
     return "\n".join(lines)
+
+
+def _budget_note(cfg: Mapping[str, Any]) -> str:
+    """How re-execution methods were budgeted, and the advantage, when not the defaults of
+    older result files."""
+    out = ""
+    normalize = cfg.get("normalize", True)
+    if normalize not in (True, "std"):
+        out += f" Advantage: `{normalize}`."
+    if "equal_budget" in cfg:
+        out += (
+            " Methods that re-execute episodes spend the same generations per update as the "
+            "others (fewer episodes)."
+            if cfg["equal_budget"]
+            else " Methods that re-execute episodes get the same episodes per update as the "
+            "others, plus their replays."
+        )
+    return out
 
 
 def write_leaderboard(sources: Sequence[str | Path], out: str | Path) -> Path:
