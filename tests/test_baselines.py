@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "baselines").rglob("*.yaml"))
 SUITE = sorted((REPO / "baselines" / "smollm2").glob("135m_*_*.yaml"))
 SUITE = [p for p in SUITE if p.stem != "135m_single_grpo"]  # the quick start's companion
-SUITE = [p for p in SUITE if not p.stem.startswith("135m_code_")]  # code: another task
+SUITE = [p for p in SUITE if not p.stem.startswith(("135m_code_", "135m_credit_"))]  # other tasks
 GPU = sorted((REPO / "baselines" / "qwen2.5-3b").glob("*.yaml"))
 
 # Qwen2.5-3B-Instruct's config.json (the fields the count reads), for a plan with memory.

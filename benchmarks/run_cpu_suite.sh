@@ -1,0 +1,18 @@
+#!/bin/bash
+# The CPU comparison of issue 17 (docs/baselines.md): single-agent GRPO against the 2x2
+# debate at equal training budget, shaping off and on, over paired seeds. Hours on 2 cores:
+# run it in the background; a rerun reuses finished cells and resumes the others.
+#
+#   nohup bash benchmarks/run_cpu_suite.sh > runs/sweeps/suite.log 2>&1 &
+#   marti report runs/sweeps/suite --save-digests docs/results/digests/suite   # when done
+set -u
+cd "$(dirname "$0")/.."
+MARTI=${MARTI:-.venv/bin/marti}
+SEEDS=${SEEDS:-"0 1 2 3 4 5"}
+CONFIGS=${CONFIGS:-"135m_single_none 135m_mad2x2_none 135m_mad2x2_quality"}
+for seed in $SEEDS; do  # seed by seed, so every finished seed is paired across configs
+  for name in $CONFIGS; do
+    "$MARTI" sweep "baselines/smollm2/$name.yaml" --seeds "$seed" --out "runs/sweeps/suite/$name" \
+      --set log.save_every=5 || echo "cell $name seed $seed failed (see its train.log)"
+  done
+done
