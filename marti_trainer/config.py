@@ -103,12 +103,12 @@ class EnvConfig(Section):
 
         built = {}
         checks = (
-            ("probe", "env.id/env.kwargs",
-             lambda: marti_env.make(self.id, **{"tasks": self.train_tasks, **self.kwargs})),
-            ("credit", "env.credit/env.credit_kwargs",
-             lambda: make_credit(self.credit, **self.credit_kwargs)),
             ("train_tasks", "env.train_tasks", lambda: make_task_source(self.train_tasks)),
             ("eval_tasks", "env.eval_tasks", lambda: make_task_source(self.eval_tasks)),
+            ("probe", "env.id/env.kwargs",
+             lambda: marti_env.make(self.id, **{"tasks": built["train_tasks"], **self.kwargs})),
+            ("credit", "env.credit/env.credit_kwargs",
+             lambda: make_credit(self.credit, **self.credit_kwargs)),
         )  # fmt: skip
         for name, key, make in checks:
             try:
