@@ -13,7 +13,13 @@ import pytest
 from pettingzoo.test import parallel_api_test
 
 import marti_env
-from marti_env.credit import credit_by_replay, credit_methods, is_replay_method, make_credit
+from marti_env.credit import (
+    BUILTIN_METHODS,
+    REPLAY_METHODS,
+    credit_by_replay,
+    is_replay_method,
+    make_credit,
+)
 from marti_env.credit.bench import BenchConfig, run_benchmark
 from marti_env.credit.bench.harness import true_contributions
 from marti_env.credit.bench.probes import ProbeTeam
@@ -303,7 +309,7 @@ def test_pettingzoo_parallel_api():
     parallel_api_test(marti_env.make("expr-team-v0"), num_cycles=3)
 
 
-@pytest.mark.parametrize("credit", credit_methods())
+@pytest.mark.parametrize("credit", [*BUILTIN_METHODS, *REPLAY_METHODS])  # not tests' own
 def test_every_credit_method(credit):
     script = [{CODER: WRONG, TESTER: TESTS}, {CODER: RIGHT, TESTER: TESTS}]
     if is_replay_method(make_credit(credit)):  # re-executed by a scripted policy
