@@ -25,6 +25,7 @@ SWEEPS = {
     "credit_sweep_n": "docs/credit_sweep_n.md",
     "credit_sweep_q": "docs/credit_sweep_q.md",
     "credit_classic": "docs/credit_classic.md",
+    "credit_replay": "docs/credit_replay.md",
 }
 
 
