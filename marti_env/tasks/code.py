@@ -48,6 +48,7 @@ __all__ = [
     "CODE_INSTRUCTION",
     "MAX_PROGRAM_CHARS",
     "CodeTask",
+    "boxed_content",
     "code_templates",
     "extract_program",
     "humaneval_tasks",
@@ -173,7 +174,7 @@ def extract_program(response: str) -> str | None:
     else:
         start = response.rfind("\\boxed{")
         if start >= 0 and "def " in response[start:]:
-            program = _boxed_content(response, start + len("\\boxed{"))
+            program = boxed_content(response, start + len("\\boxed{"))
         if program is None:
             match = re.search(r"^(?:def|import|from|class)\b", response, re.MULTILINE)
             if match:
@@ -183,9 +184,17 @@ def extract_program(response: str) -> str | None:
     return program
 
 
-def _boxed_content(text: str, start: int) -> str | None:
+def boxed_content(text: str, start: int, limit: int | None = None) -> str | None:
+    """The text from ``start`` (just past a ``\\boxed{``) to the brace that closes that box
+    (braces counted, no escapes), or None when it is not closed within ``limit``
+    characters (default: the rest of ``text``).
+
+    >>> boxed_content("\\boxed{f(x) {1}} tail", len("\\boxed{"))
+    'f(x) {1}'
+    """
+    end = len(text) if limit is None else min(len(text), start + limit)
     depth = 1
-    for i in range(start, len(text)):
+    for i in range(start, end):
         if text[i] == "{":
             depth += 1
         elif text[i] == "}":

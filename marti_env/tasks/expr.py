@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from marti_env.tasks.base import TaskSource, check_generator_args
+from marti_env.tasks.code import boxed_content
 from marti_env.tasks.task import Task
 
 __all__ = [
@@ -282,7 +283,7 @@ def extract_expr(response: str) -> str | None:
     found: str | None = None
     start = response.rfind("\\boxed{")
     if start >= 0:
-        found = _balanced(response, start + len("\\boxed{"))
+        found = boxed_content(response, start + len("\\boxed{"), 4 * MAX_SOURCE_CHARS)
     if found is None:
         fences = response.split("```")
         if len(fences) >= 3:
@@ -298,18 +299,6 @@ def extract_expr(response: str) -> str | None:
     if not found or len(found) > MAX_SOURCE_CHARS:
         return None
     return found
-
-
-def _balanced(text: str, start: int) -> str | None:
-    depth = 1
-    for i in range(start, min(len(text), start + 4 * MAX_SOURCE_CHARS)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i]
-    return None
 
 
 def _is_int(value: Any) -> bool:
