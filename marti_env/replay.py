@@ -107,6 +107,13 @@ class Intervention:
     def first_round(self) -> int:
         return min(r for _, r in self.turns)
 
+    def regenerates(self, agent: str, round: int) -> bool:
+        """Whether a replay under this change asks the policy for this turn: a changed
+        turn it resamples, or an unchanged turn after the first changed round."""
+        if (agent, round) in self.turns:
+            return self.action == "resample"
+        return round > self.first_round
+
 
 @dataclass(frozen=True)
 class ReplayRequest:
@@ -158,12 +165,7 @@ def generations_needed(record: EpisodeRecord, change: Intervention) -> int:
     """Policy generations a replay of ``record`` under ``change`` asks for: every turn after
     the first changed round that the change leaves alone, plus the changed turns when it
     resamples them. Exact for workflows whose rounds have fixed actors (all built-ins)."""
-    first = change.first_round
-    return sum(
-        ((t.agent, t.round) in change.turns and change.action == "resample")
-        or ((t.agent, t.round) not in change.turns and t.round > first)
-        for t in record.turns
-    )
+    return sum(change.regenerates(t.agent, t.round) for t in record.turns)
 
 
 def replay(
@@ -216,11 +218,9 @@ def replay(
             obs, infos = observations[k]
             rnd = job_env.round
             for agent in job_env.active_agents:
-                turn = (agent, rnd)
-                if turn in change.turns and change.action != "resample":
-                    actions[k][agent] = change.text if change.action == "replace" else ""
-                elif turn not in change.turns and rnd <= change.first_round:
-                    actions[k][agent] = recorded[k][turn]
+                if not change.regenerates(agent, rnd):
+                    changed = (agent, rnd) in change.turns  # removed: its text is ""
+                    actions[k][agent] = change.text if changed else recorded[k][(agent, rnd)]
                 else:
                     requests.append(
                         ReplayRequest(
