@@ -235,9 +235,7 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
             _read_final_eval(run, final, sources)
         first = run_dir / "eval" / "step_000000.jsonl"
         if run.evals[0][0] == 0 and first.is_file():
-            start = RunRecord(run_dir, run.seed, run.config, run.finished)
-            _read_final_eval(start, first, sources)
-            run.start_problems = start.problems
+            run.start_problems = _read_eval(first, sources)[0]
     if finished and (run_dir / "transcripts.jsonl").is_file():
         _read_tokens(run, run_dir / "transcripts.jsonl", sources)
     _add_replay_cost(run, history)
@@ -372,8 +370,8 @@ def _read_jsonl(path: Path, sources: _Sources) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_final_eval(run: RunRecord, path: Path, sources: _Sources) -> None:
-    """Per-problem outcomes and answers of the final evaluation; turns per episode."""
+def _read_eval(path: Path, sources: _Sources) -> tuple[dict[str, float], dict[str, str], list[int]]:
+    """One evaluation's transcript: mean outcome and answer per problem, turns per episode."""
     outcomes: dict[str, list[float]] = {}
     answers: dict[str, str] = {}
     turns: list[int] = []
@@ -389,8 +387,13 @@ def _read_final_eval(run: RunRecord, path: Path, sources: _Sources) -> None:
             raise ValueError(f"{path}:{i}: not an episode record ({e!r})") from None
         outcomes.setdefault(task_id, []).append(outcome)
         answers[task_id] = answer
-    run.problems = {t: float(np.mean(v)) for t, v in outcomes.items()}
-    run.answers = answers
+    return {t: float(np.mean(v)) for t, v in outcomes.items()}, answers, turns
+
+
+def _read_final_eval(run: RunRecord, path: Path, sources: _Sources) -> None:
+    """Per-problem outcomes and answers of the final evaluation; generations per step from
+    its turns per episode."""
+    run.problems, run.answers, turns = _read_eval(path, sources)
     per_step = run.config.get("rollout.tasks_per_step"), run.config.get("rollout.n_samples")
     if turns and all(isinstance(x, int) for x in per_step):
         run.generations_per_step = per_step[0] * per_step[1] * float(np.mean(turns))
