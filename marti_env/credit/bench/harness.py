@@ -270,13 +270,15 @@ class _Probe(CreditMethod):
 
     Not registered: a bench-internal credit object (the env records ``credit="probe"``).
     ``returns[label]``: per episode, each agent's return; ``turns[label]``: per episode,
-    ``(agent, round, reward)`` per turn; ``outcomes``: per episode, ``R``.
+    ``(agent, round, reward)`` per turn; ``outcomes``: per episode, ``R``. Methods that
+    re-execute episodes are filled in afterwards, by :meth:`credit_replays` on the
+    episodes played.
     """
 
     name = "probe"
 
     def __init__(self, methods: Mapping[str, CreditMethod]) -> None:
-        self.methods = {k: m for k, m in methods.items() if not is_replay_method(m)}
+        self.methods = dict(methods)
         self.returns: dict[str, list[dict[str, float]]] = {label: [] for label in self.methods}
         self.turns: dict[str, list[list[tuple[str, int, float]]]] = {
             label: [] for label in self.methods
@@ -286,6 +288,8 @@ class _Probe(CreditMethod):
     def assign(self, episode: EpisodeRecord, rule: FinalAnswerRule) -> list[float]:
         self.outcomes.append(episode.outcome)
         for label, method in self.methods.items():
+            if is_replay_method(method):
+                continue  # credit_replays
             totals: dict[str, float] = {}
             turns = []
             for turn, r in zip(episode.turns, checked_rewards(method, episode, rule), strict=True):
@@ -294,6 +298,17 @@ class _Probe(CreditMethod):
             self.returns[label].append(totals)
             self.turns[label].append(turns)
         return [episode.outcome] * len(episode.turns)
+
+    def credit_replays(
+        self, env: Any, records: Sequence[EpisodeRecord], team: SimTeam, run_seed: int
+    ) -> None:
+        """Fill the re-execution methods' returns and turns from ``records`` (the episodes
+        this probe credited, in order), replayed in ``env`` by the simulated team."""
+        for label, method in self.methods.items():
+            if is_replay_method(method):
+                self.returns[label], self.turns[label], _ = _replay_credited(
+                    env, records, method, team, run_seed
+                )
 
 
 def _seed(*parts: object) -> list[int]:
@@ -383,17 +398,13 @@ def attribution(
         episodes = [int(s) for s in rng.integers(2**31, size=config.attr_episodes)]
         records = [play(env, team, s, run_seed).record for s in episodes]  # probe credits all
         plain = marti_env.make(env_spec.env_id, **env_spec.kwargs)
-        returns_of = dict(probe.returns)
-        for m in methods:
-            method = m.factory()
-            if is_replay_method(method):
-                returns_of[m.label] = _replay_credited(plain, records, method, team, run_seed)[0]
+        probe.credit_replays(plain, records, team, run_seed)
         _, truth = marginal_contributions(plain, team, episodes, run_seed)
         groups: dict[str, list[str]] = {}
         for a in team.agents:
             groups.setdefault(env.workflow.role(a), []).append(a)
         groups = {"*": list(team.agents)} | {r: g for r, g in groups.items() if len(g) > 1}
-        for label, returns in returns_of.items():
+        for label, returns in probe.returns.items():
             credit = {a: float(np.mean([r.get(a, 0.0) for r in returns])) for a in team.agents}
             rhos = {}
             for role, members in groups.items():
@@ -431,17 +442,11 @@ def probe_batch(
         record = play(env, team, s, run_seed).record
         records.append(record)
         truth.append(true_contributions(plain, team, s, run_seed, record.outcome))
-    returns_of, turns_of = dict(probe.returns), dict(probe.turns)
-    for m in methods:
-        method = m.factory()
-        if is_replay_method(method):
-            returns_of[m.label], turns_of[m.label], _ = _replay_credited(
-                plain, records, method, team, run_seed
-            )
+    probe.credit_replays(plain, records, team, run_seed)
     out = {}
-    for label in returns_of:
+    for label in probe.methods:
         rewards, outcomes, groups = [], [], []
-        for turns, outcome in zip(turns_of[label], probe.outcomes, strict=True):
+        for turns, outcome in zip(probe.turns[label], probe.outcomes, strict=True):
             for agent, round_, r in turns:
                 rewards.append(r)
                 outcomes.append(outcome)
@@ -450,7 +455,7 @@ def probe_batch(
             rewards, outcomes, groups, config.normalize,  # type: ignore[arg-type]
             scale_keys=[agent for agent, _ in groups],
         )  # fmt: skip
-        credit = [ret.get(a, 0.0) for ret in returns_of[label] for a in team.agents]
+        credit = [ret.get(a, 0.0) for ret in probe.returns[label] for a in team.agents]
         true = [t[a] for t in truth for a in team.agents]
         rho = rank_correlation(credit, true)
         out[label] = (same, 0.0 if math.isnan(rho) else rho)
