@@ -12,7 +12,13 @@ from pettingzoo.test import parallel_api_test
 
 import marti_env
 from marti_env import EpisodeRecord
-from marti_env.credit import credit_by_replay, credit_methods, is_replay_method, make_credit
+from marti_env.credit import (
+    BUILTIN_METHODS,
+    REPLAY_METHODS,
+    credit_by_replay,
+    is_replay_method,
+    make_credit,
+)
 from marti_env.tasks import Task
 from marti_env.tasks.code import CodeTask
 from marti_env.workflows.code_team import (
@@ -144,12 +150,12 @@ def test_pettingzoo_parallel_api():
     parallel_api_test(marti_env.make("code-team-v0"), num_cycles=3)
 
 
-@pytest.mark.parametrize("credit", credit_methods())
-def test_every_credit_method(credit):
-    script = [{CODER: WRONG, TESTER: TESTS}, {CODER: RIGHT, TESTER: TESTS}]
-    if is_replay_method(make_credit(credit)):  # re-executed by a scripted policy
-        env = marti_env.make("code-team-v0")
-        _, _, _, record = play(script, credit="none")
+def check_credit_method(env_id: str, play_script, script: list[dict[str, str]], credit: str):
+    """A coder/tester episode that ends right credits every turn with a finite reward under
+    ``credit``; a re-execution method is applied with a policy that repeats the script."""
+    if is_replay_method(make_credit(credit)):
+        env = marti_env.make(env_id)
+        _, _, _, record = play_script(script, credit="none")
         by_turn = {(a, r): text for r, acts in enumerate(script) for a, text in acts.items()}
         spent = credit_by_replay(
             env,
@@ -160,10 +166,16 @@ def test_every_credit_method(credit):
         assert spent > 0 and record.credit == credit and record.outcome == 1.0
         assert all(math.isfinite(t.reward) for t in record.turns)
         return
-    _, _, rewards, record = play(script, credit=credit)
+    _, _, rewards, record = play_script(script, credit=credit)
     assert record.credit == credit and record.outcome == 1.0
     assert all(math.isfinite(t.reward) for t in record.turns)
     assert sum(rewards.values()) == pytest.approx(sum(t.reward for t in record.turns))
+
+
+@pytest.mark.parametrize("credit", [*BUILTIN_METHODS, *REPLAY_METHODS])  # not tests' own
+def test_every_credit_method(credit):
+    script = [{CODER: WRONG, TESTER: TESTS}, {CODER: RIGHT, TESTER: TESTS}]
+    check_credit_method("code-team-v0", play, script, credit)
 
 
 # -- hostile generations (the registry-wide suite, tests/test_hostile.py, poses math tasks) --

@@ -16,9 +16,6 @@ import marti_env
 from marti_env.credit import (
     BUILTIN_METHODS,
     REPLAY_METHODS,
-    credit_by_replay,
-    is_replay_method,
-    make_credit,
 )
 from marti_env.credit.bench import BenchConfig, run_benchmark
 from marti_env.credit.bench.harness import true_contributions
@@ -311,24 +308,10 @@ def test_pettingzoo_parallel_api():
 
 @pytest.mark.parametrize("credit", [*BUILTIN_METHODS, *REPLAY_METHODS])  # not tests' own
 def test_every_credit_method(credit):
+    from tests.test_code_team import check_credit_method
+
     script = [{CODER: WRONG, TESTER: TESTS}, {CODER: RIGHT, TESTER: TESTS}]
-    if is_replay_method(make_credit(credit)):  # re-executed by a scripted policy
-        env = marti_env.make("expr-team-v0")
-        _, _, _, record = run(script, credit="none")
-        by_turn = {(a, r): text for r, acts in enumerate(script) for a, text in acts.items()}
-        spent = credit_by_replay(
-            env,
-            [record],
-            make_credit(credit),
-            lambda reqs: [by_turn[(q.agent, q.round)] for q in reqs],
-        )
-        assert spent > 0 and record.credit == credit and record.outcome == 1.0
-        assert all(math.isfinite(t.reward) for t in record.turns)
-        return
-    _, _, rewards, record = run(script, credit=credit)
-    assert record.credit == credit and record.outcome == 1.0
-    assert all(math.isfinite(t.reward) for t in record.turns)
-    assert sum(rewards.values()) == pytest.approx(sum(t.reward for t in record.turns))
+    check_credit_method("expr-team-v0", run, script, credit)
 
 
 def test_hostile_generations_end_scored_and_bounded():
