@@ -25,6 +25,10 @@ What it writes:
   :func:`marti_env.stats.probability_of_improvement_ci`). Runs are paired only when
   their held-out problems are the same; otherwise the report refuses, saying which runs
   and how their problem sets differ.
+* **Across config files** (``--versus key=value``, repeatable; ``exp_name`` works): every
+  other config against the one config that has ``key=value``, whatever else differs, with
+  the keys that differ named (single agent against a debate at equal budget). Groups are
+  labelled by ``exp_name`` when each has one and the names tell them apart.
 * **Per run**: final accuracy with its Wilson interval over the held-out problems.
 * **Plots** (PNG next to the page): training reward and held-out accuracy against the
   step, mean over seeds with a CI band; held-out accuracy against generations (sampled
@@ -76,6 +80,7 @@ __all__ = [
     "check_report",
     "find_runs",
     "group_runs",
+    "pair_versus",
     "read_run",
     "write_digests",
     "write_report",
@@ -435,6 +440,10 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
             seen[r.seed] = r
         label = ", ".join(f"{k}={_value(config.get(k))}" for k in varying) or "all runs"
         out.append(Group(label, config, sorted(rs, key=lambda r: r.seed)))
+    names = [{r.config.get("exp_name") for r in g.runs} for g in out]
+    if len(out) > 1 and all(len(n) == 1 for n in names) and len({*map(min, names)}) == len(out):
+        for g, n in zip(out, names, strict=True):  # one distinct name each: the readable label
+            g.label = str(min(n))
     return out
 
 
@@ -552,6 +561,57 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
     return pairings
 
 
+def pair_versus(groups: Sequence[Group], versus: str) -> list[Pairing]:
+    """Every other group against the one group whose runs have ``key=value`` (``versus =
+    "key=value"``; ``key`` may be ``exp_name``), whatever else differs: the comparison of
+    different config files (single agent against a debate at equal budget). The keys that
+    differ are :func:`differing_keys`.
+
+    Raises:
+        ValueError: ``versus`` is malformed, or matches no group or more than one (named);
+            or two runs to be paired (same seed) were evaluated on different problems.
+    """
+    key, sep, raw = versus.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"--versus {versus!r}: expected key=value (e.g. exp_name=single)")
+    hits = [g for g in groups if all(_matches(r.config.get(key), raw.strip()) for r in g.runs)]
+    if len(hits) != 1:
+        if not any(key in r.config for g in groups for r in g.runs):
+            known = sorted({k for g in groups for r in g.runs for k in r.config})
+            raise ValueError(f"--versus {key}: not a config key of these runs (known: {known})")
+        values = sorted({_value(r.config.get(key)) for g in groups for r in g.runs})
+        which = "no config has it" if not hits else (
+            f"{len(hits)} configs have it ({'; '.join(g.label for g in hits)}): add keys that "
+            "single one out, or use --baseline"
+        )  # fmt: skip
+        raise ValueError(f"--versus {versus}: {which}; {key} takes {values}")
+    base = hits[0]
+    pairings = []
+    for g in groups:
+        if g is base:
+            continue
+        seeds = sorted(set(g.by_seed()) & set(base.by_seed()))
+        for s in seeds:
+            why = _problem_mismatch(g.by_seed()[s], base.by_seed()[s])
+            if why:
+                raise ValueError(
+                    f"refusing to pair {g.by_seed()[s].path} with {base.by_seed()[s].path} "
+                    f"(seed {s}): their held-out problem sets differ: {why}. A paired "
+                    "difference needs both configs evaluated on the same problems."
+                )
+        pairings.append(Pairing(g, base, seeds))
+    return pairings
+
+
+def differing_keys(a: Group, b: Group) -> list[str]:
+    """The config keys (flattened, without seed, names and ``log.*``) on which two groups
+    differ, sorted."""
+    keys = set(a.config) | set(b.config)
+    return sorted(k for k in keys if json.dumps(a.config.get(k), default=repr)
+                  != json.dumps(b.config.get(k), default=repr))  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- the page
 
 
@@ -569,6 +629,9 @@ class ReportOptions:
     note: str | None = None
     """A paragraph under the heading: what the figures do not show (e.g. correlated
     problems), in the author's words, recorded with the arguments."""
+    versus: tuple[str, ...] = ()
+    """``key=value`` specs: for each, a table of every other config against the one config
+    that has it, whatever else differs (:func:`pair_versus`)."""
 
     def to_json(self) -> str:
         data = {"paths": list(self.paths), "baseline": self.baseline,
@@ -576,6 +639,8 @@ class ReportOptions:
                 "title": self.title, "summary_into": self.summary_into}  # fmt: skip
         if self.note:
             data["note"] = self.note
+        if self.versus:
+            data["versus"] = list(self.versus)
         return json.dumps(data, sort_keys=True)
 
 
@@ -647,7 +712,6 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         )
     lines.append("")
     if opts.baseline:
-        pairings = pair_with_baseline(groups, opts.baseline)
         lines += [
             f"## Paired differences against {opts.baseline}",
             "",
@@ -655,32 +719,20 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             "points. W/T/L: seeds where the config is higher / equal / lower. "
             f"min_effect = {100 * opts.min_effect:g} points.",
             "",
-            f"| config | baseline | pairs | difference [{level} CI] | W/T/L | "
-            f"P(config > baseline) [{level} CI] | verdict |",
-            "|---|---|---|---|---|---|---|",
         ]
-        for p in pairings:
-            if p.baseline is None:
-                lines.append(
-                    f"| {p.group.label} | (none) | 0 | n/a | | | no baseline config equals it "
-                    f"apart from {opts.baseline.partition('=')[0]} |"
-                )
-                continue
-            a = {s: p.group.by_seed()[s].final_accuracy for s in p.seeds}
-            b = {s: p.baseline.by_seed()[s].final_accuracy for s in p.seeds}
-            if not p.seeds:
-                lines.append(
-                    f"| {p.group.label} | {p.baseline.label} | 0 | n/a | | | no common seeds |"
-                )
-                continue
-            d = paired_difference(a, b, conf, seed, opts.min_effect, labels=("config", "baseline"))
-            poi = probability_of_improvement_ci(list(a.values()), list(b.values()), conf, seed)
-            lines.append(
-                f"| {p.group.label} | {p.baseline.label} | {len(p.seeds)} | "
-                f"{_pct(d.difference, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
-                f"{poi.format(2)} | {d.verdict} |"
-            )
-        lines.append("")
+        missing = f"no baseline config equals it apart from {opts.baseline.partition('=')[0]}"
+        lines += _paired_table(pair_with_baseline(groups, opts.baseline), opts, missing)
+    for versus in opts.versus:
+        lines += [
+            f"## Paired differences against {versus}",
+            "",
+            "Every other config against this one, whatever else differs (the last column names "
+            "the keys): same seeds, same held-out problems; difference = config minus "
+            "baseline, in points. W/T/L: seeds where the config is higher / equal / lower. "
+            f"min_effect = {100 * opts.min_effect:g} points.",
+            "",
+        ]
+        lines += _paired_table(pair_versus(groups, versus), opts, "", differs=True)
     summary = "\n".join(lines[lines.index("## Held-out accuracy per config") :]).strip() + "\n"
     lines += _run_table(groups, conf, seed)
     if unfinished:
@@ -709,6 +761,39 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
     ]
     lines += [f"| {path} | {digest} |" for path, digest in sorted(sources.files.items())]
     return Report("\n".join(lines) + "\n", summary, groups, unfinished, plots)
+
+
+def _paired_table(
+    pairings: Sequence[Pairing], opts: ReportOptions, missing: str, differs: bool = False
+) -> list[str]:
+    """The rows of a paired-difference table (``differs``: with the keys that differ)."""
+    conf, seed = opts.confidence, opts.seed
+    level = f"{100 * conf:g}%"
+    lines = [
+        f"| config | baseline | pairs | difference [{level} CI] | W/T/L | "
+        f"P(config > baseline) [{level} CI] | verdict |" + (" differs in |" if differs else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if differs else ""),
+    ]
+    for p in pairings:
+        if p.baseline is None:
+            lines.append(f"| {p.group.label} | (none) | 0 | n/a | | | {missing} |")
+            continue
+        extra = f" {', '.join(differing_keys(p.group, p.baseline))} |" if differs else ""
+        if not p.seeds:
+            lines.append(
+                f"| {p.group.label} | {p.baseline.label} | 0 | n/a | | | no common seeds |{extra}"
+            )
+            continue
+        a = {s: p.group.by_seed()[s].final_accuracy for s in p.seeds}
+        b = {s: p.baseline.by_seed()[s].final_accuracy for s in p.seeds}
+        d = paired_difference(a, b, conf, seed, opts.min_effect, labels=("config", "baseline"))
+        poi = probability_of_improvement_ci(list(a.values()), list(b.values()), conf, seed)
+        lines.append(
+            f"| {p.group.label} | {p.baseline.label} | {len(p.seeds)} | "
+            f"{_pct(d.difference, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
+            f"{poi.format(2)} | {d.verdict} |{extra}"
+        )
+    return [*lines, ""]
 
 
 def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
@@ -890,7 +975,7 @@ def check_report(page: str | Path) -> list[str]:
         return [f"{page}: not a page written by `marti report` (no arguments header)"]
     try:
         args = json.loads(first[len(HEADER) : -len(" -->")])
-        opts = ReportOptions(tuple(args.pop("paths")), **args)
+        opts = ReportOptions(tuple(args.pop("paths")), versus=tuple(args.pop("versus", ())), **args)
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         return [f"{page}: unreadable arguments header ({e})"]
     problems = []

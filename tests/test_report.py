@@ -28,6 +28,8 @@ def fake_run(
     finished: bool = True,
     steps: int = 2,
     eval_size: int = 10,
+    exp_name: str = "sweep",
+    env_id: str = "mad-v0",
 ) -> Path:
     """A run directory as `marti train` leaves it: config.yaml, metrics.jsonl (reward per
     step, evaluations at 0 and ``steps``), eval/step_N.jsonl (one 0/1 outcome per problem,
@@ -35,8 +37,8 @@ def fake_run(
     run = root / name
     (run / "eval").mkdir(parents=True)
     config = {
-        "exp_name": credit, "seed": seed, "total_steps": steps, "run_name": name,
-        "env": {"id": "mad-v0", "credit": credit, "eval_tasks": {"size": eval_size}},
+        "exp_name": exp_name, "seed": seed, "total_steps": steps, "run_name": name,
+        "env": {"id": env_id, "credit": credit, "eval_tasks": {"size": eval_size}},
         "rollout": {"tasks_per_step": 4, "n_samples": 2},
         "log": {"output_dir": str(root)},
     }  # fmt: skip
@@ -162,6 +164,58 @@ def test_mismatched_heldout_sets_are_refused_for_pairing(tmp_path):
     match = r"env.credit=quality.* with .*env.credit=none.*: env.eval_tasks.size 10 against 20"
     with pytest.raises(ValueError, match=match):
         build_report(ReportOptions((str(tmp_path / "r3"),), baseline="env.credit=none"))
+
+
+def test_versus_pairs_different_config_files_and_names_what_differs(tmp_path):
+    root = tmp_path / "suite"
+    finals = {"single": [0.5, 0.6, 0.7], "mad": [0.4, 0.6, 0.5], "mad_q": [0.6, 0.6, 0.6]}
+    for name, accs in finals.items():
+        env, credit = ("single-v0", "none") if name == "single" else ("mad-v0", "none")
+        credit = "quality" if name == "mad_q" else credit
+        for seed, acc in enumerate(accs):
+            fake_run(root, f"{name}__{seed}", seed, credit, acc, exp_name=name, env_id=env)
+    opts = ReportOptions((str(root),), versus=("exp_name=single", "exp_name=mad"))
+    page = build_report(opts).markdown
+    # groups are labelled by their exp_name (each has one, and they differ)
+    assert _row(page, "| single | 3 |")[2].startswith("60.0 [")
+    # mad - single: -0.1, 0.0, -0.2 -> -10.0 points, W/T/L 0/1/2; the keys that differ named
+    pair = _row(page, "| mad | single | 3 |")
+    expected = paired_difference([0.4, 0.6, 0.5], [0.5, 0.6, 0.7])
+    assert pair[3] == expected.difference.format(1, 100, signed=True) == pair[3]
+    assert pair[3].startswith("-10.0 [") and pair[4] == "0/1/2"
+    assert pair[7] == "env.id"
+    assert _row(page, "| mad_q | single | 3 |")[7] == "env.credit, env.id"
+    # the second table: against mad; mad_q - mad = +0.2, 0.0, +0.1
+    assert _row(page, "| mad_q | mad | 3 |")[3].startswith("+10.0 [")
+    assert _row(page, "| single | mad | 3 |")[3].startswith("+10.0 [")
+    # recorded in the page, so --check reruns it
+    out = tmp_path / "docs" / "suite.md"
+    write_report(opts, out, plots=False)
+    assert '"versus": ["exp_name=single", "exp_name=mad"]' in out.read_text().splitlines()[0]
+    assert check_report(out) == []
+    # bad specs are named
+    with pytest.raises(ValueError, match=r"--versus exp_name=nobody: no config has it"):
+        build_report(ReportOptions((str(root),), versus=("exp_name=nobody",)))
+    with pytest.raises(ValueError, match=r"--versus env.id=mad-v0: 2 configs have it"):
+        build_report(ReportOptions((str(root),), versus=("env.id=mad-v0",)))
+    with pytest.raises(ValueError, match=r"--versus colour: not a config key"):
+        build_report(ReportOptions((str(root),), versus=("colour=red",)))
+    with pytest.raises(ValueError, match=r"expected key=value"):
+        build_report(ReportOptions((str(root),), versus=("exp_name",)))
+    # other held-out problems: refused, as with --baseline
+    fake_run(tmp_path / "r2", "a", 0, "none", 0.5, exp_name="a")
+    fake_run(
+        tmp_path / "r2",
+        "b",
+        0,
+        "none",
+        0.5,
+        exp_name="b",
+        env_id="single-v0",
+        problems=PROBLEMS[:8],
+    )
+    with pytest.raises(ValueError, match=r"refusing to pair .*b with .*a \(seed 0\)"):
+        build_report(ReportOptions((str(tmp_path / "r2"),), versus=("exp_name=a",)))
 
 
 def test_unfinished_runs_are_listed_not_counted(sweep):

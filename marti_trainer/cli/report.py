@@ -4,6 +4,7 @@ Examples::
 
     marti report runs/sweep__quickstart --out docs/results.md
     marti report runs/sweep__quickstart --baseline algorithm.group_by=agent --min-effect 0.02
+    marti report runs/sweeps/suite --versus exp_name=135m_single_none   # across config files
     marti report runs/sweep__quickstart --summary-into README.md   # tables into its README block
     marti report --check docs/results.md       # still what its cited run files give?
 
@@ -37,6 +38,11 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument(
         "--baseline", default=None, metavar="KEY=VALUE",
         help="compare each config with the one that has KEY=VALUE and is otherwise equal",
+    )  # fmt: skip
+    parser.add_argument(
+        "--versus", action="append", default=[], metavar="KEY=VALUE",
+        help="compare every other config with the one config that has KEY=VALUE, whatever "
+        "else differs (e.g. exp_name=135m_single_none); repeatable",
     )  # fmt: skip
     parser.add_argument(
         "--min-effect", type=float, default=0.0,
@@ -91,7 +97,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise ValueError("give at least one run or sweep folder (or --check PAGE)")
     opts = ReportOptions(
         tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed,
-        args.title, args.summary_into, args.note,
+        args.title, args.summary_into, args.note, tuple(args.versus),
     )  # fmt: skip
     paths = write_report(opts, args.out, plots=not args.no_plots)
     print("wrote " + ", ".join(str(p) for p in paths))
