@@ -4,15 +4,27 @@
 # run it in the background; a rerun reuses finished cells and resumes the others.
 #
 #   nohup bash benchmarks/run_cpu_suite.sh > runs/sweeps/suite.log 2>&1 &
-#   marti report runs/sweeps/suite --save-digests docs/results/digests/suite   # when done
+#
+# Every finished cell is digested at once into docs/results/digests/suite/ (a few kB: commit
+# them); a cell whose digest is there is skipped, so a fresh clone continues where the
+# committed digests end. The page: benchmarks/report_suite.sh.
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
 SEEDS=${SEEDS:-"0 1 2 3 4 5"}
 CONFIGS=${CONFIGS:-"135m_single_none 135m_mad2x2_none 135m_mad2x2_quality"}
+DIGESTS=docs/results/digests/suite
 for seed in $SEEDS; do  # seed by seed, so every finished seed is paired across configs
   for name in $CONFIGS; do
-    "$MARTI" sweep "baselines/smollm2/$name.yaml" --seeds "$seed" --out "runs/sweeps/suite/$name" \
-      --set log.save_every=5 || echo "cell $name seed $seed failed (see its train.log)"
+    if [ -f "$DIGESTS/${name}__seed=$seed.run.json" ]; then
+      echo "cell $name seed $seed: digested earlier ($DIGESTS), skipped"
+      continue
+    fi
+    if "$MARTI" sweep "baselines/smollm2/$name.yaml" --seeds "$seed" --out "runs/sweeps/suite/$name" \
+      --set log.save_every=5; then
+      "$MARTI" report runs/sweeps/suite --save-digests "$DIGESTS"
+    else
+      echo "cell $name seed $seed failed (see its train.log)"
+    fi
   done
 done

@@ -4,15 +4,25 @@
 # cores: hours in all). Run in the background; a rerun reuses finished cells and resumes.
 #
 #   nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_split_sum.log 2>&1 &
+#
+# Every finished cell is digested at once into docs/results/digests/credit_llm_split_sum/
+# (commit them); a seed whose two digests are there is skipped, so a fresh clone continues
+# where the committed digests end. The page: benchmarks/report_llm_credit.sh.
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
+OUT=runs/credit_llm_split_sum
+DIGESTS=docs/results/digests/credit_llm_split_sum
 for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished seed is paired
-  "$MARTI" bench credit --tier llm --config baselines/smollm2/135m_credit_split_sum.yaml \
-    --envs split-sum-v0 --methods none,shapley --seeds "$seed" \
-    --out runs/credit_llm_split_sum --no-plot || echo "seed $seed failed"
+  if [ -f "$DIGESTS/split-sum-v0__none__$seed.run.json" ] \
+    && [ -f "$DIGESTS/split-sum-v0__shapley__$seed.run.json" ]; then
+    echo "seed $seed: digested earlier ($DIGESTS), skipped"
+    continue
+  fi
+  if "$MARTI" bench credit --tier llm --config baselines/smollm2/135m_credit_split_sum.yaml \
+    --envs split-sum-v0 --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot; then
+    "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
+  else
+    echo "seed $seed failed"
+  fi
 done
-# every cell is done now: one more call reuses them all and writes the whole results.json
-"$MARTI" bench credit --tier llm --config baselines/smollm2/135m_credit_split_sum.yaml \
-  --envs split-sum-v0 --methods none,shapley --seeds "$(echo ${SEEDS:-0 1 2 3 4 5 6 7 8 9} | tr ' ' ',')" \
-  --out runs/credit_llm_split_sum --no-plot

@@ -275,7 +275,8 @@ def test_summary_block_in_a_readme_is_generated_and_checked(sweep, tmp_path, mon
     with pytest.raises(ValueError, match=r"README.md: add the lines <!-- marti report summary"):
         write_report(opts, "docs/results.md", plots=False)
     assert not (tmp_path / "docs").exists()  # refused before writing anything
-    begin, end = "<!-- marti report summary: begin -->", "<!-- marti report summary: end -->"
+    begin = "<!-- marti report summary: begin results.md -->"
+    end = "<!-- marti report summary: end results.md -->"
     readme.write_text(f"# Project\n\n## Results\n\n{begin}\nold figures\n{end}\n\nMore.\n")
     written = write_report(opts, "docs/results.md", plots=False)
     assert [p.name for p in written] == ["results.md", "README.md"]

@@ -54,7 +54,8 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument(
         "--summary-into", default=None, metavar="FILE",
         help="also put the per-config and paired tables into FILE (e.g. README.md), between "
-        "its lines <!-- marti report summary: begin --> and <!-- marti report summary: end -->",
+        "its lines <!-- marti report summary: begin PAGE --> and <!-- marti report summary: end "
+        "PAGE --> (PAGE: the --out file name)",
     )  # fmt: skip
     parser.add_argument(
         "--note", default=None,
