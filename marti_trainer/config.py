@@ -255,14 +255,16 @@ class AlgorithmConfig(Section):
         "Tokens before rollout.max_tokens over which the overlong penalty ramps (>= 1).",
         Range(1, 1_000_000),
     )
-    group_by: Literal["agent", "role"] = setting(
+    group_by: Literal["agent", "role", "node"] = setting(
         "agent",
         "Advantage groups: 'agent' = one group per (task, agent, turn), as MARTI does; 'role' "
         "= one per (task, role, round), pooling the agents that share a role and a round (MAD's "
         "debaters see the same prompt in round 0 and the same answers, in their own order, "
         "later), so a shared model gets groups of n_samples x agents: a better baseline and "
         "more groups with a reward spread from the same rollouts (measured comparison: the "
-        "README's quick start). Needs model.sharing=shared.",
+        "README's quick start); needs model.sharing=shared. 'node' = one per turn of one "
+        "episode with its siblings, alternatives sampled from the same context (AT-GRPO's "
+        "tree groups); needs env.credit=sibling with credit_kwargs train: true.",
     )
     skip_zero_advantage: bool = setting(
         True,
@@ -415,7 +417,7 @@ class TrainConfig(Section):
         super().__post_init__()  # ranges of the top-level fields; each section checked its own
         r, a, o, m = self.rollout, self.algorithm, self.optim, self.model
         _require(
-            r.n_samples >= 2 or a.advantage in ("reinforce_pp",),
+            r.n_samples >= 2 or a.advantage in ("reinforce_pp",) or a.group_by == "node",
             f"algorithm.advantage={a.advantage!r} compares samples within a group: "
             f"rollout.n_samples must be >= 2, got {r.n_samples}",
         )
@@ -424,8 +426,16 @@ class TrainConfig(Section):
             "algorithm.kl_in_reward needs a REINFORCE++ advantage (it adds the KL to rewards), "
             f"got algorithm.advantage={a.advantage!r}",
         )
+        siblings = self.env.credit == "sibling" and self.env.credit_kwargs.get("train") is True
         _require(
-            a.group_by == "agent" or m.sharing == "shared",
+            a.group_by != "node" or siblings,
+            "algorithm.group_by=node groups each turn with its siblings, which only "
+            "env.credit=sibling with env.credit_kwargs {train: true} samples; otherwise every "
+            f"group holds one sample (env.credit is {self.env.credit!r}, credit_kwargs "
+            f"{dict(self.env.credit_kwargs)})",
+        )
+        _require(
+            a.group_by != "role" or m.sharing == "shared",
             f"algorithm.group_by=role pools several agents' samples under one baseline, which "
             f"needs them to share one policy: set model.sharing=shared (it is {m.sharing!r})",
         )

@@ -376,9 +376,14 @@ def format_plan(plan: RunPlan) -> str:
         f"{plan.eval_generations} x {plan.evaluations} evaluations"
     )
     if plan.replay_generations_per_step:
+        kwargs = plan.config["env"].get("credit_kwargs") or {}
+        trained = (
+            f"trained on too, {kwargs.get('samples', 2)} siblings per turn: train: true"
+            if kwargs.get("train") is True else "not trained on"
+        )  # fmt: skip
         lines.append(
             f"credit '{plan.config['env']['credit']}' re-executes episodes: "
-            f"{plan.replay_generations_per_step} more generations per step (not trained on)"
+            f"{plan.replay_generations_per_step} more generations per step ({trained})"
         )
     e = plan.config["eval"]
     batch = plan.config["rollout"]["batch_size"]

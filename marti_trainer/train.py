@@ -93,8 +93,11 @@ class TaskSampler:
 def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, float]:
     """Reward, verifier score, boxed rate and length per agent; team outcome; signal
     (``zero_spread_groups``: the share of advantage groups under ``group_by`` whose rewards
-    are all equal)."""
+    are all equal); training samples, and how many of them are siblings (``sibling`` credit
+    with ``train=True``)."""
     out: dict[str, float] = {"rollout/outcome": float(np.mean([e.outcome for e in batch.episodes]))}
+    out["rollout/samples"] = float(len(batch.samples))
+    out["rollout/sibling_samples"] = float(sum(s.branch > 0 for s in batch.samples))
     by_agent: dict[str, list] = defaultdict(list)
     for s in batch.samples:
         by_agent[s.agent].append(s)

@@ -263,6 +263,48 @@ def test_rollout_with_a_replay_credit_rewards_samples_and_counts_the_cost():
                 env_kwargs={"credit": "quality"}, replay_credit=make_credit("sibling"))  # fmt: skip
 
 
+def test_training_on_siblings_groups_each_turn_with_its_alternatives():
+    """``sibling`` with ``train=True`` (AT-GRPO's tree groups): every turn gets K sibling
+    samples from the same prompt, rewarded with their replays' outcomes, and the node
+    group's mean-centred advantage of the recorded turn is K/(K+1) times the sibling
+    credit of ``train=False`` on the same draws."""
+    from marti_env.tasks import ArithmeticTasks
+    from marti_trainer.policies.simulated import SimulatedPolicy
+    from marti_trainer.rollout import group_key_of, rollout
+
+    tasks = [ArithmeticTasks(split="test", seed=0)[k] for k in range(4)]
+    k = 2
+
+    def run(train: bool):
+        return rollout(
+            "chain-v0", tasks, 2, SimulatedPolicy(accuracy=0.6, seed=3), progress=False,
+            mode="sync", seed=7, replay_credit=make_credit("sibling", samples=k, train=train),
+        )  # fmt: skip
+
+    plain, tree = run(False), run(True)
+    own = [s for s in tree.samples if s.branch == 0]
+    assert len(own) == len(plain.samples) and len(tree.samples) == (1 + k) * len(own)
+    assert tree.stats.replay_generations == plain.stats.replay_generations
+    groups = tree.groups("node")
+    assert len(groups) == len(own) and all(len(g) == 1 + k for g in groups.values())
+    by_turn = {(s.episode, s.agent, s.round): s for s in plain.samples}
+    for g in groups.values():
+        first, *siblings = g
+        assert first.branch == 0 and [s.branch for s in siblings] == list(range(1, k + 1))
+        assert first.reward == tree.episodes[first.episode].outcome
+        assert all(s.prompt_token_ids == first.prompt_token_ids for s in siblings)
+        assert {group_key_of(s, "node") for s in g} == {(*first.group_key, first.episode)}
+        centred = first.reward - np.mean([s.reward for s in g])
+        sibling_credit = by_turn[(first.episode, first.agent, first.round)].reward
+        assert centred == pytest.approx(k / (k + 1) * sibling_credit)
+    # siblings differ from their turn somewhere (independent draws), and some win or lose
+    assert any(s.response_token_ids != g[0].response_token_ids
+               for g in groups.values() for s in g[1:])  # fmt: skip
+    assert len({s.reward for s in tree.samples if s.branch}) == 2
+    with pytest.raises(ValueError, match="train must be true or false"):
+        make_credit("sibling", train="yes")
+
+
 def test_code_kinds_of_task_survive_json_and_replay():
     """An expr-team-v0 episode read back from JSON keeps its ExprTask (with the hidden
     tests), so it can be replayed from a transcript file."""

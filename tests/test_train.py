@@ -356,6 +356,26 @@ def test_load_trained_unit_names_the_units_and_loads_adapters(tiny_dir, tmp_path
     assert adapter.is_adapter and all(".debater_1." in n for n in adapter.tensors)
 
 
+def test_training_on_sibling_samples_in_node_groups(tiny_dir, tmp_path):
+    """``env.credit: sibling`` with ``train: true`` and ``algorithm.group_by: node``: the
+    update trains on each turn and its siblings (3 samples per turn), and the weights move;
+    without the siblings a node group would hold one sample, which the config refuses."""
+    cfg = tiny_config(
+        tiny_dir, tmp_path, env__id="chain-v0", env__kwargs={"reward": length_reward},
+        env__credit="sibling", env__credit_kwargs={"samples": 2, "train": True},
+        algorithm__group_by="node", rollout__n_samples=1, total_steps=1, run_name="s",
+    )  # fmt: skip
+    result = train(cfg)
+    (step,) = [h for h in read_metrics(tmp_path / "s") if "rollout/replay_generations" in h]
+    # 2 tasks x 1 episode x 3 turns, 2 siblings each; every sibling regenerates its turn
+    # and the later ones: (3 + 2 + 1) x 2 per episode
+    assert step["rollout/replay_generations"] == 2 * 12
+    assert step["rollout/samples"] == 2 * 3 * (1 + 2)
+    assert result.run_dir.exists()
+    with pytest.raises(ValueError, match=r"algorithm.group_by=node .*env.credit is 'score'"):
+        tiny_config(tiny_dir, tmp_path, algorithm__group_by="node")
+
+
 def test_training_with_a_replay_credit_method(tiny_dir, tmp_path):
     """``env.credit: leave_one_out_replay``: the trainer runs the replays with its own
     policy, trains on their rewards and logs their cost; transcripts record the method."""

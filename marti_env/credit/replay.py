@@ -27,6 +27,7 @@ method                    turn reward                                 replays pe
 leave_one_out_replay      R - mean_m R(without agent i)_m             n x samples
 shapley_replay            phi_i of v(S) = mean_m R(only S speaks)_m   (2^n - 1) x samples
 sibling                   R - mean_k R(turn t resampled)_k            T x samples
+sibling, train=True       R, and each sibling a sample with R_k       T x samples
 ========================  ==========================================  ======================
 
 (``R`` the recorded outcome, or for ``leave_one_out_replay`` with ``reference="replayed"``
@@ -52,6 +53,7 @@ from marti_env.replay import Intervention, ReplayPolicy, replay
 __all__ = [
     "LeaveOneOutReplay",
     "ReplayCreditMethod",
+    "ReplayOutcome",
     "ShapleyReplay",
     "Sibling",
     "credit_by_replay",
@@ -225,14 +227,28 @@ class Sibling(ReplayCreditMethod):
     arXiv 2603.06859). By hand: a right answer whose two siblings give outcomes 1 and 0
     earns ``1 - 0.5 = 0.5``.
 
+    With ``train=True`` the siblings are training samples too (AT-GRPO's tree sampling):
+    the recorded turn keeps the outcome ``R`` as its reward, each sibling becomes a sample of
+    its own with its replay's outcome ``R_k``, and the recorded turn and its siblings share
+    one advantage group per node (``algorithm.group_by: node`` in ``marti train``), so the
+    group baseline does the subtraction: a group-mean-centred advantage
+    ``R - mean(R, R_1..R_K) = K/(K+1) (R - mean_k R_k)``, the ``train=False`` reward up to a
+    constant factor. The replays cost the same; the update has ``K + 1`` samples per turn.
+
     Args:
         samples: Siblings per turn (1..64).
+        train: Train on the siblings as well (see above).
     """
 
     samples: int = 2
+    train: bool = False
 
     def __post_init__(self) -> None:
         self.samples = _samples(self.name, self.samples)
+        if not isinstance(self.train, bool):
+            raise ValueError(
+                f"credit method '{self.name}': train must be true or false, got {self.train!r}"
+            )
 
     def interventions(self, episode: EpisodeRecord) -> list[Intervention]:
         return [
@@ -245,7 +261,19 @@ class Sibling(ReplayCreditMethod):
         self, episode: EpisodeRecord, replays: Sequence[EpisodeRecord]
     ) -> Sequence[float]:
         outcomes = np.array([r.outcome for r in replays]).reshape(-1, self.samples)
+        if self.train:  # the node group's baseline subtracts the siblings' mean
+            return [episode.outcome] * len(outcomes)
         return [episode.outcome - float(row.mean()) for row in outcomes]
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """One replay :func:`credit_by_replay` ran: which record it re-executed (index into
+    its ``records``), the change it made, and the replayed episode."""
+
+    record: int
+    intervention: Intervention
+    replay: EpisodeRecord
 
 
 def credit_by_replay(
@@ -253,10 +281,16 @@ def credit_by_replay(
     records: Sequence[EpisodeRecord],
     method: ReplayCreditMethod,
     policy: ReplayPolicy,
+    *,
+    replays: list[ReplayOutcome] | None = None,
 ) -> int:
     """Credit finished episodes with a replay method: run every replay the method asks for
     (in ``env``, a ``marti_env.make`` env of the records' id, in lockstep), then overwrite
     each record's turn rewards, ``agent_rewards`` and ``credit``.
+
+    ``replays``: if a list is given, every replay is appended to it as a
+    :class:`ReplayOutcome`, in the order the policy's requests name them
+    (``ReplayRequest.job`` indexes it), e.g. to train on ``sibling``'s resampled turns.
 
     Returns:
         The generations the replays asked of ``policy`` (their extra cost).
@@ -276,6 +310,12 @@ def credit_by_replay(
     quiet = copy.copy(getattr(env, "unwrapped", env))
     quiet.credit = make_credit("none")  # replays must not feed a stateful method's history
     result = replay(quiet, jobs, policy)
+    if replays is not None:
+        owner = [i for i, changes in enumerate(plan) for _ in changes]
+        replays += [
+            ReplayOutcome(i, change, rec)
+            for i, (_, change), rec in zip(owner, jobs, result.records, strict=True)
+        ]
     start = 0
     for record, changes in zip(records, plan, strict=True):
         mine = result.records[start : start + len(changes)]

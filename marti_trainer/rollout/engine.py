@@ -69,7 +69,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import marti_env
-from marti_env.credit.replay import ReplayCreditMethod, credit_by_replay, is_replay_method
+from marti_env.credit.replay import (
+    ReplayCreditMethod,
+    ReplayOutcome,
+    Sibling,
+    credit_by_replay,
+    is_replay_method,
+)
 from marti_env.env import WorkflowEnv
 from marti_env.record import EpisodeRecord
 from marti_env.replay import ReplayPolicy, ReplayRequest
@@ -274,13 +280,19 @@ def rollout(
     return batch
 
 
-def _replay_policy(routes: Mapping[str, _Route], seed: int, stats: RolloutStats) -> ReplayPolicy:
+def _replay_policy(
+    routes: Mapping[str, _Route],
+    seed: int,
+    stats: RolloutStats,
+    keep: dict[tuple[int, str, int], Generation] | None = None,
+) -> ReplayPolicy:
     """The rollout's policies as a replay policy. Each call (one round of every replay in
     flight) samples every request with its own seed,
     ``derive_seed(_REPLAY, seed, call, job, agent index, round)``, so the siblings of one turn
     and the replays of a GRPO group's identical prompts are independent draws; the requests
     of one (policy, adapter) go out in as few batched calls as the backend allows
-    (:func:`~marti_trainer.rollout.drivers.generate_each`). Generated tokens are counted."""
+    (:func:`~marti_trainer.rollout.drivers.generate_each`). Generated tokens are counted;
+    with ``keep``, every generation is kept under its request's ``(job, agent, round)``."""
     calls = [0]
     agent_index = {a: i for i, a in enumerate(routes)}
 
@@ -302,6 +314,8 @@ def _replay_policy(routes: Mapping[str, _Route], seed: int, stats: RolloutStats)
             for i, gen in zip(rows, generations, strict=True):
                 out[i] = gen.text
                 stats.replay_tokens += len(gen.token_ids)
+                if keep is not None:
+                    keep[(requests[i].job, requests[i].agent, requests[i].round)] = gen
         return out
 
     return policy
@@ -322,20 +336,58 @@ def _credit_by_replay(
     routes: Mapping[str, _Route],
     seed: int,
 ) -> None:
-    """Credit ``batch``'s episodes with a replay method and copy its rewards to the samples."""
+    """Credit ``batch``'s episodes with a replay method and copy its rewards to the samples;
+    ``sibling`` with ``train=True`` also adds each sibling as a sample (:func:`_siblings`)."""
     start = time.perf_counter()
+    train = isinstance(method, Sibling) and method.train
+    keep: dict[tuple[int, str, int], Generation] | None = {} if train else None
+    replays: list[ReplayOutcome] | None = [] if train else None
     batch.stats.replay_generations = credit_by_replay(
-        env, batch.episodes, method, _replay_policy(routes, seed, batch.stats)
-    )
+        env, batch.episodes, method, _replay_policy(routes, seed, batch.stats, keep),
+        replays=replays,
+    )  # fmt: skip
     reward = {
         (e, t.agent, t.round): t.reward for e, rec in enumerate(batch.episodes) for t in rec.turns
     }
     for sample in batch.samples:
         sample.reward = reward[(sample.episode, sample.agent, sample.round)]
+    if keep is not None and replays is not None:
+        batch.samples = _siblings(batch.samples, replays, keep, routes)
     spent = time.perf_counter() - start
     batch.stats.replay_s = spent
     batch.stats.wall_s += spent
     batch.stats.backend_s += spent  # the replays are generation time, not idle host time
+
+
+def _siblings(
+    samples: list[Sample],
+    replays: Sequence[ReplayOutcome],
+    generations: Mapping[tuple[int, str, int], Generation],
+    routes: Mapping[str, _Route],
+) -> list[Sample]:
+    """``samples`` with one more sample per sibling replay: the resampled turn's generation
+    (the replay's request for that agent and round), reward the replay's outcome, score its
+    turn's score, ``branch`` k >= 1 among the turn's siblings; sorted by episode, turn and
+    branch, so each sibling follows its turn."""
+    own = {(s.episode, s.agent, s.round): s for s in samples}
+    out = list(samples)
+    branches: dict[tuple[int, str, int], int] = {}
+    for job, r in enumerate(replays):
+        ((agent, rnd),) = r.intervention.turns
+        turn = own[(r.record, agent, rnd)]
+        gen = generations[(job, agent, rnd)]
+        k = branches[(r.record, agent, rnd)] = branches.get((r.record, agent, rnd), 0) + 1
+        score = next(t.score for t in r.replay.turns if (t.agent, t.round) == (agent, rnd))
+        out.append(
+            dataclasses.replace(
+                turn, prompt_token_ids=list(gen.prompt_token_ids),
+                response_token_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                truncated=gen.finish_reason == "length", score=score,
+                reward=float(r.replay.outcome), policy=routes[agent].name,
+                adapter=routes[agent].adapter, latency_s=0.0, branch=k,
+            )
+        )  # fmt: skip
+    return sorted(out, key=lambda s: (s.episode, s.turn_index, s.branch))
 
 
 def _task_list(tasks: Sequence[Task] | TaskSource) -> list[Task]:

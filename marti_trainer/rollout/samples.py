@@ -19,23 +19,29 @@ from marti_env.record import EpisodeRecord, write_jsonl
 
 __all__ = ["GROUP_BY", "GroupKey", "RolloutBatch", "RolloutStats", "Sample", "group_key_of"]
 
-GroupKey = tuple[str, str, int]
+GroupKey = tuple[str | int, ...]
 """``(task_id, agent, turn_index)``: the samples of one group answered the same task, as the
 same agent, at the same position of the workflow; they differ only by sampling. Under
-``group_by="role"`` (:func:`group_key_of`) it is ``(task_id, role, round)``."""
+``group_by="role"`` (:func:`group_key_of`) it is ``(task_id, role, round)``; under
+``"node"`` ``(task_id, agent, turn_index, episode)``."""
 
-GROUP_BY = ("agent", "role")
+GROUP_BY = ("agent", "role", "node")
 """How samples are grouped for advantages (``AlgorithmConfig.group_by``)."""
 
 
 def group_key_of(sample: Any, group_by: str = "agent") -> GroupKey:
     """The key of ``sample``'s advantage group: its ``group_key`` ``(task_id, agent,
     turn_index)`` for ``"agent"``; ``(task_id, role, round)`` for ``"role"``, which pools
-    the agents of one role acting in the same round (MAD's debaters)."""
+    the agents of one role acting in the same round (MAD's debaters); ``(task_id, agent,
+    turn_index, episode)`` for ``"node"``: one turn of one episode and its siblings, the
+    alternatives sampled from the same context (``sibling`` credit with ``train=True``;
+    AT-GRPO's tree groups, arXiv 2510.11062)."""
     if group_by == "agent":
         return sample.group_key
     if group_by == "role":
         return (sample.task_id, sample.role, sample.round)
+    if group_by == "node":
+        return (*sample.group_key, sample.episode)
     raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
 
@@ -67,6 +73,11 @@ class Sample:
         adapter: The LoRA adapter name used, or None for the base weights.
         latency_s: Seconds from submitting the request to the backend until its result came
             back (queueing included); diagnostics only, never compared.
+        branch: 0 for the episode's own turn; ``k >= 1`` for its ``k``-th sibling, an
+            alternative sampled from the same prompt by a replay (``sibling`` credit with
+            ``train=True``), whose reward is its replay's outcome. A sibling shares its
+            turn's ``episode``, agent, round and prompt; the batch's ``episodes`` hold no
+            record of it.
     """
 
     episode: int
@@ -86,6 +97,7 @@ class Sample:
     policy: str = "policy"
     adapter: str | None = None
     latency_s: float = field(default=0.0, compare=False)
+    branch: int = 0
 
     @property
     def group_key(self) -> GroupKey:
