@@ -1,26 +1,35 @@
 #!/bin/bash
-# The credit benchmark's LLM tier (issue 18): `none` against `shapley` on split-sum-v0 with
-# SmolLM2-135M, 10 paired seeds, 1,000 held-out problems each (about 25 min a cell on 2
-# cores: hours in all). Run in the background; a rerun reuses finished cells and resumes.
+# The credit benchmark's LLM tier (issue 18): `none` against `shapley` with SmolLM2-135M,
+# 10 paired seeds, 1,000 held-out problems each (about 25 min a cell on 2 cores: hours in
+# all), on one family: FAMILY=split_sum (split-sum-v0, the default) or FAMILY=gate (gate-v0).
+# Run in the background; a rerun reuses finished cells and resumes.
 #
 #   nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_split_sum.log 2>&1 &
+#   FAMILY=gate nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_gate.log 2>&1 &
 #
-# Every finished cell is digested at once into docs/results/digests/credit_llm_split_sum/
+# Every finished cell is digested at once into docs/results/digests/credit_llm_<family>/
 # (commit them); a seed whose two digests are there is skipped, so a fresh clone continues
 # where the committed digests end. The page: benchmarks/report_llm_credit.sh.
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
-OUT=runs/credit_llm_split_sum
-DIGESTS=docs/results/digests/credit_llm_split_sum
+FAMILY=${FAMILY:-split_sum}
+case "$FAMILY" in
+  split_sum) ENV_ID=split-sum-v0 ;;
+  gate) ENV_ID=gate-v0 ;;
+  *) echo "FAMILY must be split_sum or gate, got '$FAMILY'" >&2; exit 2 ;;
+esac
+CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
+OUT=runs/credit_llm_$FAMILY
+DIGESTS=docs/results/digests/credit_llm_$FAMILY
 for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished seed is paired
-  if [ -f "$DIGESTS/split-sum-v0__none__$seed.run.json" ] \
-    && [ -f "$DIGESTS/split-sum-v0__shapley__$seed.run.json" ]; then
+  if [ -f "$DIGESTS/${ENV_ID}__none__$seed.run.json" ] \
+    && [ -f "$DIGESTS/${ENV_ID}__shapley__$seed.run.json" ]; then
     echo "seed $seed: digested earlier ($DIGESTS), skipped"
     continue
   fi
-  if "$MARTI" bench credit --tier llm --config baselines/smollm2/135m_credit_split_sum.yaml \
-    --envs split-sum-v0 --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot; then
+  if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
+    --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot; then
     "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
   else
     echo "seed $seed failed"
