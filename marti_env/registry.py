@@ -24,7 +24,6 @@ attribute or an object that is not a :class:`~marti_env.workflows.Workflow` subc
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import re
 import warnings
@@ -36,6 +35,7 @@ from typing import Any, Literal
 import yaml
 
 from marti_env.credit import credit_params, is_replay_method, make_credit
+from marti_env.entry_points import resolve_entry_point
 from marti_env.env import WorkflowEnv
 from marti_env.prompts import Prompts
 from marti_env.rewards import make_reward, reward_params
@@ -183,21 +183,8 @@ def _workflow_class(name: str, source: str) -> type[Workflow]:
                 "'package.module:Class'"
             )
         return WORKFLOWS[name]
-    module_name, _, attr = name.partition(":")
     where = f"{source}: workflow entry point {name!r}"
-    if not module_name or not attr:
-        raise ValueError(f"{where} is not of the form 'package.module:Class'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # any error while importing the user's module is reported as is
-        raise ValueError(
-            f"{where}: importing {module_name!r} failed: {type(e).__name__}: {e}"
-        ) from e
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as e:
-            raise ValueError(f"{where}: module {module_name!r} has no attribute {attr!r}") from e
+    obj = resolve_entry_point(name, where)
     if not (isinstance(obj, type) and issubclass(obj, Workflow)):
         raise ValueError(f"{where} is {obj!r}, not a subclass of marti_env.workflows.Workflow")
     return obj

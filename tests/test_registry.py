@@ -237,9 +237,9 @@ def test_a_yaml_spec_names_its_workflow_by_entry_point(tmp_path):
 @pytest.mark.parametrize(
     ("entry_point", "message"),
     [
-        ("tests.no_such_module:Echo", r"importing 'tests\.no_such_module' failed: ModuleNotFound"),
-        ("broken_module:Echo", r"importing 'broken_module' failed: RuntimeError: boom"),
-        ("tests.test_registry:Ecko", r"module 'tests\.test_registry' has no attribute 'Ecko'"),
+        ("tests.no_such_module:Echo", r"loading 'tests\.no_such_module' failed: ModuleNotFound"),
+        ("broken_module:Echo", r"loading 'broken_module' failed: RuntimeError: boom"),
+        ("tests.test_registry:Ecko", r"'tests\.test_registry' has no attribute 'Ecko'"),
         ("tests.test_registry:NOT_A_WORKFLOW", r"is 3, not a subclass of .*\.Workflow"),
         (":Echo", r"not of the form 'package\.module:Class'"),
         ("tests.test_registry", r"unknown workflow .*or an entry point 'package\.module:Class'"),

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
+from marti_env.entry_points import resolve_entry_point
 from marti_env.record import EpisodeRecord
 
 
@@ -216,25 +217,18 @@ def _entry_point_class(spec: str) -> type[CreditMethod]:
     """The class an entry point ``"package.module:Class"`` or ``"file.py:Class"`` names."""
     where = f"credit method {spec!r}"
     target, _, attr = spec.rpartition(":")
-    if not target or not attr:
-        raise ValueError(f"{where} is not of the form 'package.module:Class' or 'file.py:Class'")
     if target in _CREDIT:
         raise ValueError(
             f"{where}: {target!r} is a registered method and {attr!r} is not an option "
             f"setting; options are key=value (e.g. '{target}:{attr}=...')"
         )
-    try:
+
+    def load(target: str) -> Any:
         if target.endswith(".py"):
-            obj: Any = load_credit_file(target)
-        else:
-            obj = importlib.import_module(target)
-    except Exception as e:  # missing file or module, or an error inside it
-        raise ValueError(f"{where}: loading {target!r} failed: {type(e).__name__}: {e}") from e
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as e:
-            raise ValueError(f"{where}: {target!r} has no attribute {attr!r}") from e
+            return load_credit_file(target)
+        return importlib.import_module(target)
+
+    obj = resolve_entry_point(spec, where, load, form="'package.module:Class' or 'file.py:Class'")
     if not (isinstance(obj, type) and issubclass(obj, CreditMethod)):
         raise ValueError(f"{where} is {obj!r}, not a subclass of marti_env.credit.CreditMethod")
     if not dataclasses.is_dataclass(obj):
