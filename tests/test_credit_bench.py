@@ -249,6 +249,18 @@ def test_cli_rejects_options_of_the_other_tier(tmp_path):
         cli(["bench", "credit", "--set", "total_steps=1", "--out", str(tmp_path)])
     with pytest.raises(FileNotFoundError, match=r"--config nope\.yaml: no such file"):
         cli(["bench", "credit", "--tier", "llm", "--config", "nope.yaml", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="--no-controls: fast-tier options"):
+        cli(["bench", "credit", "--tier", "llm", "--no-controls", "--out", str(tmp_path)])
+
+
+def test_cli_no_controls_leaves_the_control_runs_out(tmp_path):
+    argv = ["bench", "credit", "--methods", "none,score", "--envs", "chain-v0", "--seeds", "0"]
+    cli([*argv, *SMALL, "--no-controls", "--out", str(tmp_path / "a")])
+    rows = json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
+    assert sorted({r["method"] for r in rows}) == ["none", "score"]
+    cli([*argv, *SMALL, "--out", str(tmp_path / "b")])
+    rows = json.loads((tmp_path / "b" / "results.json").read_text())["rows"]
+    assert {"oracle", "random", "none@reseed"} <= {r["method"] for r in rows}
 
 
 @pytest.fixture

@@ -130,6 +130,11 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         "update, so a method that re-executes episodes trains on fewer; episodes: --batch "
         "episodes per update whatever the replays cost",
     )
+    fast.add_argument(
+        "--no-controls", dest="controls", action="store_false", default=None,
+        help="leave out the oracle, random and none@reseed control runs (e.g. when another "
+        "results file of the same seeds has them)",
+    )  # fmt: skip
     llm = parser.add_argument_group("llm tier")
     llm.add_argument(
         "--config", default=None, help="base training config (default baselines/quickstart.yaml)"
@@ -208,9 +213,13 @@ def _record_sources(json_path: Path, methods: list[str], imports: list[str]) -> 
 def _check_tier_options(args: argparse.Namespace) -> None:
     """Options of the other tier are an error, not silently ignored."""
     if args.tier == "llm":
-        given = [name for name in (*FAST_ONLY, "budget") if getattr(args, name) is not None]
+        given = [
+            name for name in (*FAST_ONLY, "budget", "controls") if getattr(args, name) is not None
+        ]
         if given:
-            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            flags = ", ".join(
+                "--no-controls" if n == "controls" else "--" + n.replace("_", "-") for n in given
+            )
             raise ValueError(f"{flags}: fast-tier options; the llm tier takes --config and --set")
     elif args.config is not None or args.overrides:
         raise ValueError("--config/--set configure the llm tier; add --tier llm")
@@ -247,6 +256,8 @@ def run_credit_bench(args: argparse.Namespace) -> int:
         given = {n: getattr(args, n) for n in FAST_ONLY if getattr(args, n) is not None}
         if args.budget is not None:
             given["equal_budget"] = args.budget == "generations"
+        if args.controls is not None:
+            given["controls"] = args.controls
         config = BenchConfig(**given)  # the rest at BenchConfig's defaults
         methods = _csv(args.methods, "methods") if args.methods else list(BUILTIN_METHODS)
         envs = _csv(args.envs or DEFAULT_ENVS, "envs")
