@@ -140,6 +140,50 @@ def test_policy_gradient_by_hand():
     assert policy_gradient(sim, same)[0, SKILL] == 0.0
 
 
+def test_node_groups_with_siblings_by_hand():
+    """``sibling`` with ``train=True``: each turn is grouped with its siblings. Episode 0's
+    turn (R = 1, taken) has siblings 0 (not taken) and 1 (taken); episode 1's turn (R = 0,
+    not taken) has siblings 0 and 0 (not taken)."""
+    from marti_env.credit.bench.sim import SiblingTurn
+
+    sim = SimTeam(("solver_0",), np.array([[0.0, 0.0]]))  # p = 0.5: (x - p) = +-0.5
+    batch = [_played("solver_0", 1.0, True), _played("solver_0", 0.0, False)]
+    siblings = [
+        SiblingTurn(0, "solver_0", 0, 0.0, [(SKILL, False)]),
+        SiblingTurn(0, "solver_0", 0, 1.0, [(SKILL, True)]),
+        SiblingTurn(1, "solver_0", 0, 0.0, [(SKILL, False)]),
+        SiblingTurn(1, "solver_0", 0, 0.0, [(SKILL, False)]),
+    ]
+    # node 0: rewards 1, 0, 1 -> mean 2/3, std sqrt(2)/3; A = +1/sqrt(2), -sqrt(2), +1/sqrt(2)
+    # A * (x - p): 0.3536 + 0.7071 + 0.3536 = 1.4142; node 1 is constant: A = 0.
+    # grad = T/N * sum = 1/6 * sqrt(2) (T = 1 turn per episode, N = 6 samples)
+    grad = policy_gradient(sim, batch, "std", siblings, by_node=True)
+    assert grad[0, SKILL] == pytest.approx(np.sqrt(2) / 6)
+    # mean-centred: A = 1/3, -2/3, 1/3 -> sum A (x - p) = 1/6 + 1/3 + 1/6 = 2/3; / 6
+    assert policy_gradient(sim, batch, "mean", siblings, by_node=True)[0, SKILL] == (
+        pytest.approx(2 / 3 / 6)
+    )
+    # slot groups pool all six: mean 1/3 -> the same rows under one baseline
+    pooled = policy_gradient(sim, batch, "mean", siblings)[0, SKILL]
+    rewards, xs = [1, 0, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0]
+    expected = sum((r - 1 / 3) * (x - 0.5) for r, x in zip(rewards, xs, strict=True)) / 6
+    assert pooled == pytest.approx(expected)
+
+
+def test_training_on_siblings_in_the_fast_tier():
+    """``sibling:train=true`` trains on the siblings (node groups): same replays as
+    ``sibling``, other advantage groups, and the probe's credit is the sibling baseline's."""
+    config = BenchConfig(updates=2, batch=6, eval_episodes=8, attr_configs=1, attr_episodes=8,
+                         probe_episodes=8, controls=False, equal_budget=False)  # fmt: skip
+    result = run_benchmark(["none", "sibling", "sibling:train=true"], ["chain-v0"], [0], config)
+    rows = {r["method"]: r for r in result.rows}
+    assert rows["sibling:train=true"]["generations"] == rows["sibling"]["generations"]
+    assert rows["sibling:train=true"]["fidelity"] == rows["sibling"]["fidelity"]
+    # node groups (a turn and its 2 siblings) are sometimes constant; slot groups of 6 are not
+    assert rows["sibling:train=true"]["zero_adv"] > rows["sibling"]["zero_adv"] == 0.0
+    assert result.flags[("chain-v0", "sibling:train=true")] is False
+
+
 def test_budget_episodes_by_hand():
     from marti_env.credit.bench.harness import budget_episodes
 

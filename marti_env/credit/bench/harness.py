@@ -54,6 +54,7 @@ Everything is seeded: the same arguments give the same numbers (``seconds`` asid
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import zlib
@@ -68,7 +69,9 @@ from marti_env.credit.bench.probes import PROBE_WORKFLOWS, ProbeTeam, counterfac
 from marti_env.credit.bench.sim import (
     THETA_CLIP,
     Played,
+    SiblingTurn,
     SimTeam,
+    advantage_samples,
     marginal_contributions,
     play,
     policy_gradient,
@@ -76,7 +79,7 @@ from marti_env.credit.bench.sim import (
     team_accuracy,
 )
 from marti_env.credit.degeneracy import gradient_identical_to_none
-from marti_env.credit.replay import credit_by_replay, is_replay_method
+from marti_env.credit.replay import ReplayOutcome, Sibling, credit_by_replay, is_replay_method
 from marti_env.record import EpisodeRecord
 from marti_env.replay import ReplayPolicy, ReplayRequest
 
@@ -345,11 +348,14 @@ def true_contributions(env: Any, team: SimTeam, episode_seed: int, run_seed: int
     return out
 
 
-def sim_policy(team: SimTeam, run_seed: int) -> ReplayPolicy:
+def sim_policy(
+    team: SimTeam, run_seed: int, keep: dict[tuple[int, str, int], list] | None = None
+) -> ReplayPolicy:
     """The simulated team as a replay policy (:data:`marti_env.replay.ReplayPolicy`). Each
     regenerated turn draws fresh randomness, seeded by ``(run_seed, episode seed, agent,
     round, replay job)``: a replay resamples the others as an LLM team would, unlike the
-    common random numbers of :func:`true_contributions`."""
+    common random numbers of :func:`true_contributions`. With ``keep``, each request's
+    sampled choices are kept under its ``(job, agent, round)``."""
 
     def policy(requests: Sequence[ReplayRequest]) -> list[str]:
         out = []
@@ -357,10 +363,31 @@ def sim_policy(team: SimTeam, run_seed: int) -> ReplayPolicy:
             rng = np.random.default_rng(
                 [run_seed, q.episode_seed or 0, team.index(q.agent), q.round, q.job, 7]
             )
-            out.append(team.act(q.agent, q.role, q.messages, q.task, rng)[0])
+            text, choices = team.act(q.agent, q.role, q.messages, q.task, rng)
+            out.append(text)
+            if keep is not None:
+                keep[(q.job, q.agent, q.round)] = choices
         return out
 
     return policy
+
+
+def trains_on_siblings(method: CreditMethod) -> bool:
+    """Whether ``method`` adds sibling samples to the update (``sibling`` with
+    ``train=True``): they are grouped with their turn per node."""
+    return isinstance(method, Sibling) and method.train
+
+
+def sibling_turns(
+    origin: int, replays: Sequence[ReplayOutcome], keep: Mapping[tuple[int, str, int], list]
+) -> list[SiblingTurn]:
+    """The siblings of batch episode ``origin`` from its replays (:func:`credit_by_replay`'s
+    ``replays``, jobs numbered from 0) and the choices :func:`sim_policy` kept."""
+    out = []
+    for job, r in enumerate(replays):
+        ((agent, rnd),) = r.intervention.turns
+        out.append(SiblingTurn(origin, agent, rnd, r.replay.outcome, keep[(job, agent, rnd)]))
+    return out
 
 
 def _replay_credited(
@@ -371,6 +398,8 @@ def _replay_credited(
     and ``(agent, round, reward)`` per turn, and the generations the replays took."""
     import copy
 
+    if trains_on_siblings(method):  # its node groups centre R by the siblings' mean: the
+        method = dataclasses.replace(method, train=False)  # train=False credit, x K/(K+1)
     copies = [copy.deepcopy(r) for r in records]
     spent = credit_by_replay(env, copies, method, sim_policy(team, run_seed))  # type: ignore[arg-type]
     turns = [[(t.agent, t.round, t.reward) for t in r.turns] for r in copies]
@@ -466,13 +495,15 @@ def _nanmean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-def _zero_spread_fraction(played: Sequence[Played]) -> float:
-    """Fraction of ``(agent, round)`` advantage groups whose rewards are all equal."""
-    slots: dict[tuple[str, int], list[float]] = {}
-    for ep in played:
-        for t in ep.record.turns:
-            slots.setdefault((t.agent, t.round), []).append(t.reward)
-    return float(np.mean([np.ptp(v) == 0 for v in slots.values()])) if slots else float("nan")
+def _zero_spread_fraction(
+    played: Sequence[Played], siblings: Sequence[SiblingTurn] = (), by_node: bool = False
+) -> float:
+    """Fraction of advantage groups (:func:`~marti_env.credit.bench.sim.advantage_samples`)
+    whose rewards are all equal."""
+    groups: dict[tuple, list[float]] = {}
+    for key, _, reward, _ in advantage_samples(played, siblings, by_node):
+        groups.setdefault(key, []).append(reward)
+    return float(np.mean([np.ptp(v) == 0 for v in groups.values()])) if groups else float("nan")
 
 
 GENERATORS = ("arithmetic", "code_gen", "expr")
@@ -548,8 +579,10 @@ def train(
     run_seed = int(rng.integers(2**31))
     curve, zero = [], []
     generations = episodes = 0
+    tree = trains_on_siblings(credit)
     for _ in range(config.updates):
         batch: list[Played] = []
+        siblings: list[SiblingTurn] = []
         episodes_now, spent = config.batch, 0
         for s in (int(x) for x in rng.integers(2**31, size=config.batch)):
             if len(batch) >= episodes_now:
@@ -557,12 +590,17 @@ def train(
             played = play(env, team, s, run_seed)
             spent += len(played.record.turns)
             if replayed:
+                keep: dict[tuple[int, str, int], list] = {}
+                replays: list[ReplayOutcome] = []
                 cost = credit_by_replay(
                     plain,
                     [played.record],
-                    credit,
-                    sim_policy(team, run_seed),  # type: ignore[arg-type]
+                    credit,  # type: ignore[arg-type]
+                    sim_policy(team, run_seed, keep if tree else None),
+                    replays=replays,
                 )
+                if tree:
+                    siblings += sibling_turns(len(batch), replays, keep)
                 spent += cost
                 if config.equal_budget and not batch:  # fixed actors: every episode costs so
                     turns = len(played.record.turns)
@@ -578,8 +616,8 @@ def train(
         generations += spent
         episodes += len(batch)
         curve.append(float(np.mean([p.record.outcome for p in batch])))
-        zero.append(_zero_spread_fraction(batch))
-        grad = policy_gradient(team, batch, normalize=config.normalize)
+        zero.append(_zero_spread_fraction(batch, siblings, by_node=tree))
+        grad = policy_gradient(team, batch, config.normalize, siblings, by_node=tree)
         team.theta = np.clip(team.theta + config.lr * grad, -THETA_CLIP, THETA_CLIP)
     final = evaluate_team(env_spec, team, eval_seeds, run_seed=seed)
     return {

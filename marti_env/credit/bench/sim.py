@@ -178,6 +178,19 @@ class Played:
     """``decisions[i]``: the choices behind ``record.turns[i]``."""
 
 
+@dataclass
+class SiblingTurn:
+    """A sibling sample (``sibling`` credit with ``train=True``): an alternative of turn
+    ``(agent, round)`` of the batch's episode ``origin``, drawn from the same context, with
+    its replay's outcome as reward and the choices it sampled."""
+
+    origin: int
+    agent: str
+    round: int
+    reward: float
+    decisions: list[Decision]
+
+
 def play(
     env,
     team: SimTeam,
@@ -243,49 +256,76 @@ def policy_gradient(
     team: SimTeam,
     played: Sequence[Played],
     normalize: bool | str = "std",
+    siblings: Sequence[SiblingTurn] = (),
+    by_node: bool = False,
 ) -> np.ndarray:
     """REINFORCE gradient of the team's logits from credited episodes (ascent direction).
 
     Every turn's reward is its ``Turn.reward`` (what the credit method gave it). The
-    baseline is the mean reward of the same ``(agent, round)`` slot over the batch,
-    ``c_t = r_t - mean_slot r``, and the advantage ``A_t`` by ``normalize`` (the trainer's
-    ``algorithm.advantage`` of the same names, with slots as groups):
+    baseline is the mean reward of the turn's group over the batch, ``c_t = r_t -
+    mean_group r``; a group is the ``(agent, round)`` slot, or with ``by_node`` one turn of
+    one episode with its ``siblings`` (``(episode, agent, round)``: AT-GRPO's tree groups,
+    the trainer's ``group_by: node``). The advantage ``A_t`` by ``normalize`` (the
+    trainer's ``algorithm.advantage`` of the same names):
 
-    * ``"std"`` (or True; GRPO): ``A_t = c_t / std_slot r`` (0 in a constant slot);
+    * ``"std"`` (or True; GRPO): ``A_t = c_t / std_group r`` (0 in a constant group);
     * ``"mean"`` (or False; Dr. GRPO): ``A_t = c_t``;
     * ``"agent_scale"``: ``A_t = c_t / sigma_i``, ``sigma_i = sqrt(mean c^2)`` over all
-      turns of the agent in the batch (0 if its slots are all constant);
+      turns of the agent in the batch (0 if its groups are all constant);
 
-    then ``grad[i, c] = 1/B sum_t A_t * sum_{choices (c, x) of turn t} (x - sigmoid(theta[i,
-    c]))`` (``x - sigmoid(theta)``: the score function of a Bernoulli in logit form).
+    then ``grad[i, c] = T/N sum_t A_t * sum_{choices (c, x) of turn t} (x - sigmoid(theta[i,
+    c]))`` over the ``N`` samples (turns and siblings), ``T`` the mean turns per episode
+    (``x - sigmoid(theta)``: the score function of a Bernoulli in logit form). Without
+    siblings ``T/N = 1/B`` for ``B`` episodes.
     """
     mode = {True: "std", False: "mean"}.get(normalize, normalize)  # type: ignore[call-overload]
     if mode not in ("std", "mean", "agent_scale"):
         raise ValueError(f"normalize must be 'std', 'mean' or 'agent_scale', got {normalize!r}")
-    slots: dict[tuple[str, int], list[float]] = {}
-    for ep in played:
-        for t in ep.record.turns:
-            slots.setdefault((t.agent, t.round), []).append(t.reward)
-    stats = {k: (float(np.mean(v)), float(np.std(v))) for k, v in slots.items()}
+    samples = advantage_samples(played, siblings, by_node)
+    if not samples:
+        return np.zeros_like(team.theta)
+    groups: dict[tuple, list[float]] = {}
+    for key, _, reward, _ in samples:
+        groups.setdefault(key, []).append(reward)
+    stats = {k: (float(np.mean(v)), float(np.std(v))) for k, v in groups.items()}
     square: dict[str, list[float]] = {}
-    for (agent, _), values in slots.items():
-        mean = stats[(agent, _)][0]
-        square.setdefault(agent, []).extend((v - mean) ** 2 for v in values)
+    for key, agent, reward, _ in samples:
+        square.setdefault(agent, []).append((reward - stats[key][0]) ** 2)
     sigma = {a: float(np.sqrt(np.mean(v))) for a, v in square.items()}
     probs = team.probs()
     grad = np.zeros_like(team.theta)
-    for ep in played:
-        for t, choices in zip(ep.record.turns, ep.decisions, strict=True):
-            if not choices:
-                continue
-            mean, std = stats[(t.agent, t.round)]
-            adv = t.reward - mean
-            scale = std if mode == "std" else sigma[t.agent] if mode == "agent_scale" else 1.0
-            adv = adv / scale if scale > 0 else 0.0
-            i = team.index(t.agent)
-            for column, taken in choices:
-                grad[i, column] += adv * (float(taken) - probs[i, column])
-    return grad / max(len(played), 1)
+    for key, agent, reward, choices in samples:
+        if not choices:
+            continue
+        mean, std = stats[key]
+        scale = std if mode == "std" else sigma[agent] if mode == "agent_scale" else 1.0
+        adv = (reward - mean) / scale if scale > 0 else 0.0
+        i = team.index(agent)
+        for column, taken in choices:
+            grad[i, column] += adv * (float(taken) - probs[i, column])
+    if not siblings:
+        return grad / max(len(played), 1)
+    turns = sum(len(p.record.turns) for p in played) / max(len(played), 1)
+    return grad * turns / len(samples)
+
+
+def advantage_samples(
+    played: Sequence[Played], siblings: Sequence[SiblingTurn] = (), by_node: bool = False
+) -> list[tuple[tuple, str, float, list[Decision]]]:
+    """``(group key, agent, reward, choices)`` per turn of ``played`` and per sibling: the
+    rows :func:`policy_gradient` reads; the key ``(agent, round)``, or ``(episode, agent,
+    round)`` with ``by_node``."""
+
+    def key(episode: int, agent: str, round_: int) -> tuple:
+        return (episode, agent, round_) if by_node else (agent, round_)
+
+    out = [
+        (key(e, t.agent, t.round), t.agent, t.reward, choices)
+        for e, ep in enumerate(played)
+        for t, choices in zip(ep.record.turns, ep.decisions, strict=True)
+    ]
+    out += [(key(s.origin, s.agent, s.round), s.agent, s.reward, s.decisions) for s in siblings]
+    return out
 
 
 def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float:
