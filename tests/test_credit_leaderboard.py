@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -60,8 +61,20 @@ def test_page_from_two_runs(tmp_path):
     assert "Where methods cannot be told apart" in page
     merged = merge_results(results)
     assert merged["envs"] == ["gate-v0", "split-sum-v0"] and len(merged["rows"]) == 30
-    with pytest.raises(ValueError, match=r"repeats env\(s\) \['gate-v0'\]"):
-        merge_results([results[0], results[0]])
+    # a run again adds nothing; a cell with other rows is refused
+    assert merge_results([results[0], results[0]])["rows"] == results[0]["rows"]
+    changed = json.loads(json.dumps(results[0]))
+    changed["rows"][0]["acc_final"] += 0.125
+    cell = f"env '{changed['rows'][0]['env']}', method '{changed['rows'][0]['method']}'"
+    with pytest.raises(ValueError, match=f"result 1 holds {cell} with other rows"):
+        merge_results([results[0], changed])
+    # a method benchmarked later, without the controls: its cells join, `none` is not repeated
+    c = run_benchmark(["none", "score"], ["gate-v0"], [0, 1, 2], replace(TINY, controls=False))
+    (c_path,) = [write_outputs(c, tmp_path / "c", plot_png=False)["json"]]
+    both = merge_results([results[0], *load_results([c_path])])
+    assert both["methods"][-1] == "score" and both["methods"][:2] == ["none", "shapley"]
+    assert sum(r["method"] == "none" for r in both["rows"]) == 3
+    assert "| `score` |" in leaderboard_markdown([results[0], *load_results([c_path])], ["a", "c"])
     other = dict(results[1], seeds=[0])
     with pytest.raises(ValueError, match="another seeds"):
         merge_results([results[0], other])

@@ -54,25 +54,48 @@ def _fmt(x: float | None, signed: bool = True) -> str:
 
 
 def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One result from several runs of the same config, methods and seeds on other envs
-    (e.g. run in parallel processes).
+    """One result from several runs of the same config and seeds, each adding envs (e.g.
+    run in parallel processes), methods (a method benchmarked later), or both. A cell
+    ``(env, method)`` that two runs hold must have the same rows (``seconds`` aside): a
+    deterministic rerun such as ``none``'s. ``controls`` may differ between the runs (it
+    adds the control methods; it changes no other cell).
 
     Raises:
-        ValueError: the runs differ in config, methods or seeds, or share an env.
+        ValueError: the runs differ in config or seeds, or hold one cell with other rows.
     """
     first = results[0]
-    merged: dict[str, Any] = {k: first[k] for k in ("tier", "config", "methods", "seeds")}
-    merged.update(envs=[], rows=[], summary=[])
+
+    def setup(data: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in data["config"].items() if k != "controls"}
+
+    merged: dict[str, Any] = {k: first[k] for k in ("tier", "config", "seeds")}
+    merged.update(methods=[], envs=[], rows=[], summary=[])
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for i, data in enumerate(results):
-        for key in ("config", "methods", "seeds"):
-            if data[key] != first[key]:
+        for key, value in (("config", setup(data)), ("seeds", data["seeds"])):
+            if value != (setup(first) if key == "config" else first["seeds"]):
                 raise ValueError(f"result {i} has another {key} than result 0; cannot merge")
-        shared = set(merged["envs"]) & set(data["envs"])
-        if shared:
-            raise ValueError(f"result {i} repeats env(s) {sorted(shared)}; cannot merge")
-        for key in ("envs", "rows", "summary"):
-            merged[key] += data[key]
+        for name in ("methods", "envs"):
+            merged[name] += [x for x in data[name] if x not in merged[name]]
+        mine: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in data["rows"]:
+            mine.setdefault((row["env"], row["method"]), []).append(row)
+        summary = {(e["env"], e["method"]): e for e in data["summary"]}
+        for cell, rows in mine.items():
+            if cell in cells and _without_time(cells[cell]) != _without_time(rows):
+                raise ValueError(
+                    f"result {i} holds env {cell[0]!r}, method {cell[1]!r} with other rows "
+                    "than an earlier result; cannot merge"
+                )
+        new = {cell for cell in mine if cell not in cells}
+        merged["rows"] += [r for r in data["rows"] if (r["env"], r["method"]) in new]
+        merged["summary"] += [e for cell, e in summary.items() if cell in new]
+        cells.update({cell: mine[cell] for cell in new})
     return merged
+
+
+def _without_time(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
 
 
 def _by_seed(rows: Sequence[Mapping[str, Any]], env: str, method: str) -> dict[int, float]:
