@@ -9,7 +9,8 @@
 #
 # Every finished cell is digested at once into docs/results/digests/credit_llm_<family>/
 # (commit them); a seed whose two digests are there is skipped, so a fresh clone continues
-# where the committed digests end. The page: benchmarks/report_llm_credit.sh.
+# where the committed digests end. The page: benchmarks/report_llm_credit.sh (from the
+# digests; OUT/results.json covers only the seeds run in this clone).
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}

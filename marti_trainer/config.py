@@ -118,6 +118,18 @@ class EnvConfig(Section):
         return BuiltEnv(**built)
 
 
+def _trains_on_siblings(env: EnvConfig) -> bool:
+    """Whether ``env``'s credit method trains on sibling samples; False for a method that
+    cannot be built (:meth:`EnvConfig.build` reports that, naming the key)."""
+    from marti_env.credit import make_credit
+    from marti_env.credit.replay import trains_on_siblings
+
+    try:
+        return trains_on_siblings(make_credit(env.credit, **env.credit_kwargs))
+    except (ValueError, TypeError, KeyError, OSError):
+        return False
+
+
 @dataclass
 class BuiltEnv:
     """What :meth:`EnvConfig.build` makes: the pieces a run needs before any model."""
@@ -426,13 +438,20 @@ class TrainConfig(Section):
             "algorithm.kl_in_reward needs a REINFORCE++ advantage (it adds the KL to rewards), "
             f"got algorithm.advantage={a.advantage!r}",
         )
-        siblings = self.env.credit == "sibling" and self.env.credit_kwargs.get("train") is True
+        siblings = _trains_on_siblings(self.env)
         _require(
             a.group_by != "node" or siblings,
             "algorithm.group_by=node groups each turn with its siblings, which only "
             "env.credit=sibling with env.credit_kwargs {train: true} samples; otherwise every "
             f"group holds one sample (env.credit is {self.env.credit!r}, credit_kwargs "
             f"{dict(self.env.credit_kwargs)})",
+        )
+        _require(
+            a.group_by == "node" or not siblings,
+            f"env.credit={self.env.credit!r} with train: true trains each turn against its "
+            "siblings, which needs algorithm.group_by=node (one advantage group per turn and "
+            f"its siblings); with group_by={a.group_by!r} the siblings would be pooled across "
+            "episodes, plain outcome GRPO with extra samples",
         )
         _require(
             a.group_by != "role" or m.sharing == "shared",

@@ -41,7 +41,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from marti_env.credit import make_credit
 from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
+from marti_env.credit.replay import trains_on_siblings
 from marti_trainer.config import TrainConfig
 
 __all__ = ["cell_config", "run_llm_benchmark"]
@@ -54,14 +56,18 @@ def _slug(text: str) -> str:
 def cell_config(
     base: TrainConfig, env_spec: str, method: str, seed: int, runs_dir: Path, at_start: bool
 ) -> TrainConfig:
-    """``base`` with the cell's env, credit method and seed; outputs under ``runs_dir``."""
+    """``base`` with the cell's env, credit method and seed; outputs under ``runs_dir``. A
+    method that trains on siblings (``sibling:train=true``) gets ``algorithm.group_by:
+    node``, the grouping it needs; every other method keeps the base config's."""
     env = env_choice(env_spec)
     name, options = split_spec(method)
     kwargs = dict(base.env.kwargs) if env.env_id == base.env.id else {}
     kwargs.update(env.kwargs)
+    group_by = "node" if trains_on_siblings(make_credit(name, **options)) else None
     return replace(
         base,
         seed=seed,
+        algorithm=replace(base.algorithm, group_by=group_by or base.algorithm.group_by),
         exp_name=_slug(method),
         run_name=f"{_slug(env.label)}__{_slug(method)}__{seed}",
         env=replace(base.env, id=env.env_id, kwargs=kwargs, credit=name, credit_kwargs=options),

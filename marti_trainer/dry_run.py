@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from marti_env.credit import is_replay_method
+from marti_env.credit.replay import trains_on_siblings
 from marti_env.replay import generations_needed
 from marti_trainer.config import TrainConfig
 
@@ -170,6 +171,8 @@ class RunPlan:
     total_steps: int = 0
     max_new_tokens: int = 0
     replay_generations_per_step: int = 0
+    siblings_per_turn: int = 0
+    """Sibling samples trained on per turn (``sibling`` with ``train: true``), else 0."""
     """Extra generations of a re-execution credit method (``env.credit``), per step."""
 
     @property
@@ -265,6 +268,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         eval_chunk_rows=(e.chunk_tasks or len(built.eval_tasks)) * max(widths) * max(1, e.samples),
         generations_per_step=r.tasks_per_step * r.n_samples * turns,
         replay_generations_per_step=r.tasks_per_step * r.n_samples * replays,
+        siblings_per_turn=built.credit.samples if trains_on_siblings(built.credit) else 0,
         eval_generations=len(built.eval_tasks) * max(1, e.samples) * turns,
         evaluations=evaluations,
         total_steps=cfg.total_steps,
@@ -376,11 +380,12 @@ def format_plan(plan: RunPlan) -> str:
         f"{plan.eval_generations} x {plan.evaluations} evaluations"
     )
     if plan.replay_generations_per_step:
-        kwargs = plan.config["env"].get("credit_kwargs") or {}
-        trained = (
-            f"trained on too, {kwargs.get('samples', 2)} siblings per turn: train: true"
-            if kwargs.get("train") is True else "not trained on"
-        )  # fmt: skip
+        trained = "not trained on"
+        if plan.siblings_per_turn:
+            trained = (
+                f"trained on too: {plan.siblings_per_turn} siblings per turn, so "
+                f"{plan.siblings_per_turn + 1} training samples per turn"
+            )
         lines.append(
             f"credit '{plan.config['env']['credit']}' re-executes episodes: "
             f"{plan.replay_generations_per_step} more generations per step ({trained})"

@@ -441,7 +441,11 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
         label = ", ".join(f"{k}={_value(config.get(k))}" for k in varying) or "all runs"
         out.append(Group(label, config, sorted(rs, key=lambda r: r.seed)))
     names = [{r.config.get("exp_name") for r in g.runs} for g in out]
-    if len(out) > 1 and all(len(n) == 1 for n in names) and len({*map(min, names)}) == len(out):
+    if (
+        len(out) > 1
+        and all(len(n) == 1 and None not in n for n in names)
+        and len({*map(min, names)}) == len(out)
+    ):
         for g, n in zip(out, names, strict=True):  # one distinct name each: the readable label
             g.label = str(min(n))
     return out
@@ -582,8 +586,8 @@ def pair_versus(groups: Sequence[Group], versus: str) -> list[Pairing]:
             raise ValueError(f"--versus {key}: not a config key of these runs (known: {known})")
         values = sorted({_value(r.config.get(key)) for g in groups for r in g.runs})
         which = "no config has it" if not hits else (
-            f"{len(hits)} configs have it ({'; '.join(g.label for g in hits)}): add keys that "
-            "single one out, or use --baseline"
+            f"{len(hits)} configs have it ({'; '.join(g.label for g in hits)}): name one by a "
+            "key only it has (e.g. its exp_name), or pair by --baseline"
         )  # fmt: skip
         raise ValueError(f"--versus {versus}: {which}; {key} takes {values}")
     base = hits[0]
@@ -912,9 +916,13 @@ def _draw(plots: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
+_UNNAMED_BEGIN = "<!-- marti report summary: begin -->"
+
+
 def summary_markers(page: Path) -> tuple[str, str]:
-    """The lines between which a file holds ``page``'s summary, named after the page (one
-    README can hold the summaries of several pages)."""
+    """The lines between which a file holds ``page``'s summary, named after the page's file
+    name (one README can hold the summaries of several pages; two pages of one name in
+    different folders would share a block)."""
     return (
         f"<!-- marti report summary: begin {page.name} -->",
         f"<!-- marti report summary: end {page.name} -->",
@@ -944,7 +952,10 @@ def _summary_span(text: str, into: Path, page: Path) -> tuple[int, int]:
     begin, end_marker = summary_markers(page)
     start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < start:
-        raise ValueError(f"{into}: add the lines {begin} and {end_marker} where the summary goes")
+        old = " (summary markers now name their page)" if _UNNAMED_BEGIN in text else ""
+        raise ValueError(
+            f"{into}: add the lines {begin} and {end_marker} where the summary goes{old}"
+        )
     return start, end + len(end_marker)
 
 

@@ -94,13 +94,19 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     """Reward, verifier score, boxed rate and length per agent; team outcome; signal
     (``zero_spread_groups``: the share of advantage groups under ``group_by`` whose rewards
     are all equal); training samples, and how many of them are siblings (``sibling`` credit
-    with ``train=True``)."""
+    with ``train=True``), with the siblings' mean reward and truncation rate (the per-agent
+    figures are the episodes' own turns)."""
     out: dict[str, float] = {"rollout/outcome": float(np.mean([e.outcome for e in batch.episodes]))}
+    siblings = [s for s in batch.samples if s.branch > 0]
     out["rollout/samples"] = float(len(batch.samples))
-    out["rollout/sibling_samples"] = float(sum(s.branch > 0 for s in batch.samples))
+    out["rollout/sibling_samples"] = float(len(siblings))
+    if siblings:  # their own figures; the per-agent ones are the episodes' turns
+        out["rollout/sibling_reward"] = float(np.mean([s.reward for s in siblings]))
+        out["rollout/sibling_truncated"] = float(np.mean([s.truncated for s in siblings]))
     by_agent: dict[str, list] = defaultdict(list)
     for s in batch.samples:
-        by_agent[s.agent].append(s)
+        if s.branch == 0:
+            by_agent[s.agent].append(s)
     for agent, samples in by_agent.items():
         out[f"rollout/{agent}/reward"] = float(np.mean([s.reward for s in samples]))
         out[f"rollout/{agent}/score"] = float(np.mean([s.score for s in samples]))

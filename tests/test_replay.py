@@ -301,6 +301,19 @@ def test_training_on_siblings_groups_each_turn_with_its_alternatives():
     assert any(s.response_token_ids != g[0].response_token_ids
                for g in groups.values() for s in g[1:])  # fmt: skip
     assert len({s.reward for s in tree.samples if s.branch}) == 2
+    # transcripts say the records hold the outcome, not the sibling baseline
+    assert {r.credit for r in tree.episodes} == {"sibling:train=true"}
+    assert {r.credit for r in plain.episodes} == {"sibling"}
+    # the learner groups by node: under RLOO the recorded turn's advantage is exactly
+    # R - mean_k R_k, the sibling credit of train=False
+    from marti_trainer.config import AlgorithmConfig
+    from marti_trainer.learner.loss import sample_advantages
+
+    cfg = AlgorithmConfig(advantage="rloo", group_by="node", overlong_penalty=0.0)
+    adv = sample_advantages(tree.samples, None, cfg, max_tokens=32)
+    for s, a in zip(tree.samples, adv.tolist(), strict=True):
+        if s.branch == 0:
+            assert a == pytest.approx(by_turn[(s.episode, s.agent, s.round)].reward)
     with pytest.raises(ValueError, match="train must be true or false"):
         make_credit("sibling", train="yes")
 

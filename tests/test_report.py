@@ -181,7 +181,7 @@ def test_versus_pairs_different_config_files_and_names_what_differs(tmp_path):
     # mad - single: -0.1, 0.0, -0.2 -> -10.0 points, W/T/L 0/1/2; the keys that differ named
     pair = _row(page, "| mad | single | 3 |")
     expected = paired_difference([0.4, 0.6, 0.5], [0.5, 0.6, 0.7])
-    assert pair[3] == expected.difference.format(1, 100, signed=True) == pair[3]
+    assert pair[3] == expected.difference.format(1, 100, signed=True)
     assert pair[3].startswith("-10.0 [") and pair[4] == "0/1/2"
     assert pair[7] == "env.id"
     assert _row(page, "| mad_q | single | 3 |")[7] == "env.credit, env.id"
@@ -196,6 +196,10 @@ def test_versus_pairs_different_config_files_and_names_what_differs(tmp_path):
     # bad specs are named
     with pytest.raises(ValueError, match=r"--versus exp_name=nobody: no config has it"):
         build_report(ReportOptions((str(root),), versus=("exp_name=nobody",)))
+    # a config with no seed in common with the baseline: a row that says so
+    fake_run(root, "late__7", 7, "none", 0.5, exp_name="late", env_id="chain-v0")
+    late = _row(build_report(opts).markdown, "| late | single | 0 |")
+    assert late[3:7] == ["n/a", "", "", "no common seeds"] and late[7] == "env.id"
     with pytest.raises(ValueError, match=r"--versus env.id=mad-v0: 2 configs have it"):
         build_report(ReportOptions((str(root),), versus=("env.id=mad-v0",)))
     with pytest.raises(ValueError, match=r"--versus colour: not a config key"):
@@ -292,6 +296,17 @@ def test_summary_block_in_a_readme_is_generated_and_checked(sweep, tmp_path, mon
     assert check_report("docs/results.md") == [
         "README.md: its summary differs from a fresh `marti report`"
     ]
+    # a second page's summary in the same README, in its own block
+    two = "<!-- marti report summary: begin two.md -->\n<!-- marti report summary: end two.md -->"
+    readme.write_text(readme.read_text() + "\n" + two + "\n")
+    write_report(ReportOptions(("sweep",), summary_into="README.md"), "docs/two.md", plots=False)
+    text = readme.read_text()
+    assert "[two.md](docs/two.md)" in text and "[results.md](docs/results.md)" in text
+    assert check_report("docs/two.md") == []
+    # the unnamed markers of before: the error says the markers name their page now
+    readme.write_text("<!-- marti report summary: begin -->\nx\n<!-- marti report summary: end -->")
+    with pytest.raises(ValueError, match=r"summary markers now name their page"):
+        write_report(opts, "docs/results.md", plots=False)
 
 
 def test_python_objects_saved_as_repr_group_across_processes(tmp_path):

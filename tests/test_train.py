@@ -358,8 +358,9 @@ def test_load_trained_unit_names_the_units_and_loads_adapters(tiny_dir, tmp_path
 
 def test_training_on_sibling_samples_in_node_groups(tiny_dir, tmp_path):
     """``env.credit: sibling`` with ``train: true`` and ``algorithm.group_by: node``: the
-    update trains on each turn and its siblings (3 samples per turn), and the weights move;
-    without the siblings a node group would hold one sample, which the config refuses."""
+    update trains on each turn and its siblings (3 samples per turn); without the siblings
+    a node group would hold one sample, and without node groups the siblings would be
+    pooled: the config refuses both."""
     cfg = tiny_config(
         tiny_dir, tmp_path, env__id="chain-v0", env__kwargs={"reward": length_reward},
         env__credit="sibling", env__credit_kwargs={"samples": 2, "train": True},
@@ -374,6 +375,11 @@ def test_training_on_sibling_samples_in_node_groups(tiny_dir, tmp_path):
     assert result.run_dir.exists()
     with pytest.raises(ValueError, match=r"algorithm.group_by=node .*env.credit is 'score'"):
         tiny_config(tiny_dir, tmp_path, algorithm__group_by="node")
+    with pytest.raises(ValueError, match=r"train: true .* needs algorithm.group_by=node"):
+        tiny_config(
+            tiny_dir, tmp_path, env__credit="sibling", env__credit_kwargs={"train": True},
+            algorithm__group_by="agent",
+        )  # fmt: skip
 
 
 def test_training_with_a_replay_credit_method(tiny_dir, tmp_path):

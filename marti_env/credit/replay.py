@@ -58,6 +58,8 @@ __all__ = [
     "Sibling",
     "credit_by_replay",
     "is_replay_method",
+    "resampled_turn",
+    "trains_on_siblings",
 ]
 
 
@@ -77,6 +79,11 @@ class ReplayCreditMethod(CreditMethod):
         self, episode: EpisodeRecord, replays: Sequence[EpisodeRecord]
     ) -> Sequence[float]:
         """Rewards for ``episode.turns`` given the replays of :meth:`interventions`."""
+
+    @property
+    def record_name(self) -> str:
+        """What credited records say they were credited with (``EpisodeRecord.credit``)."""
+        return self.name
 
     def assign(self, episode: EpisodeRecord, rule: FinalAnswerRule) -> Sequence[float]:
         raise ValueError(
@@ -231,9 +238,10 @@ class Sibling(ReplayCreditMethod):
     the recorded turn keeps the outcome ``R`` as its reward, each sibling becomes a sample of
     its own with its replay's outcome ``R_k``, and the recorded turn and its siblings share
     one advantage group per node (``algorithm.group_by: node`` in ``marti train``), so the
-    group baseline does the subtraction: a group-mean-centred advantage
-    ``R - mean(R, R_1..R_K) = K/(K+1) (R - mean_k R_k)``, the ``train=False`` reward up to a
-    constant factor. The replays cost the same; the update has ``K + 1`` samples per turn.
+    group baseline does the subtraction: leave-one-out (RLOO) gives the recorded turn
+    exactly ``R - mean_k R_k``, the ``train=False`` reward; mean-centring (Dr. GRPO)
+    ``K/(K+1)`` of it; GRPO also divides by the node's own standard deviation over its
+    ``K + 1`` rewards. The replays cost the same; the update has ``K + 1`` samples per turn.
 
     Args:
         samples: Siblings per turn (1..64).
@@ -264,6 +272,33 @@ class Sibling(ReplayCreditMethod):
         if self.train:  # the node group's baseline subtracts the siblings' mean
             return [episode.outcome] * len(outcomes)
         return [episode.outcome - float(row.mean()) for row in outcomes]
+
+    @property
+    def record_name(self) -> str:
+        """``"sibling:train=true"`` when the records hold the outcome and the siblings are
+        samples of their own, so a transcript is not read as sibling-baseline credit."""
+        return f"{self.name}:train=true" if self.train else self.name
+
+
+def trains_on_siblings(method: object) -> bool:
+    """Whether ``method`` adds its siblings to the training samples (:class:`Sibling` with
+    ``train=True``): they need ``algorithm.group_by: node``."""
+    return isinstance(method, Sibling) and method.train
+
+
+def resampled_turn(outcome: ReplayOutcome) -> tuple[str, int]:
+    """The one ``(agent, round)`` turn a sibling replay resampled.
+
+    Raises:
+        ValueError: the replay changed several turns (a sibling is one turn's alternative).
+    """
+    turns = sorted(outcome.intervention.turns)
+    if len(turns) != 1 or outcome.intervention.action != "resample":
+        raise ValueError(
+            f"a sibling replay resamples one turn; record {outcome.record} was replayed with "
+            f"{outcome.intervention.action} of {turns}"
+        )
+    return turns[0]
 
 
 @dataclass(frozen=True)
@@ -336,5 +371,5 @@ def credit_by_replay(
             turn.reward = r
             returns[turn.agent] = returns.get(turn.agent, 0.0) + r
         record.agent_rewards = returns
-        record.credit = method.name
+        record.credit = method.record_name
     return result.total_generations

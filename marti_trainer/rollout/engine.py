@@ -72,9 +72,10 @@ import marti_env
 from marti_env.credit.replay import (
     ReplayCreditMethod,
     ReplayOutcome,
-    Sibling,
     credit_by_replay,
     is_replay_method,
+    resampled_turn,
+    trains_on_siblings,
 )
 from marti_env.env import WorkflowEnv
 from marti_env.record import EpisodeRecord
@@ -284,7 +285,7 @@ def _replay_policy(
     routes: Mapping[str, _Route],
     seed: int,
     stats: RolloutStats,
-    keep: dict[tuple[int, str, int], Generation] | None = None,
+    keep: dict[tuple[int, str, int], Generation | None] | None = None,
 ) -> ReplayPolicy:
     """The rollout's policies as a replay policy. Each call (one round of every replay in
     flight) samples every request with its own seed,
@@ -292,7 +293,8 @@ def _replay_policy(
     and the replays of a GRPO group's identical prompts are independent draws; the requests
     of one (policy, adapter) go out in as few batched calls as the backend allows
     (:func:`~marti_trainer.rollout.drivers.generate_each`). Generated tokens are counted;
-    with ``keep``, every generation is kept under its request's ``(job, agent, round)``."""
+    ``keep``'s keys ``(job, agent, round)`` name the requests whose generations to keep
+    (their values are filled in)."""
     calls = [0]
     agent_index = {a: i for i, a in enumerate(routes)}
 
@@ -314,8 +316,9 @@ def _replay_policy(
             for i, gen in zip(rows, generations, strict=True):
                 out[i] = gen.text
                 stats.replay_tokens += len(gen.token_ids)
-                if keep is not None:
-                    keep[(requests[i].job, requests[i].agent, requests[i].round)] = gen
+                key = (requests[i].job, requests[i].agent, requests[i].round)
+                if keep is not None and key in keep:
+                    keep[key] = gen
         return out
 
     return policy
@@ -339,9 +342,12 @@ def _credit_by_replay(
     """Credit ``batch``'s episodes with a replay method and copy its rewards to the samples;
     ``sibling`` with ``train=True`` also adds each sibling as a sample (:func:`_siblings`)."""
     start = time.perf_counter()
-    train = isinstance(method, Sibling) and method.train
-    keep: dict[tuple[int, str, int], Generation] | None = {} if train else None
-    replays: list[ReplayOutcome] | None = [] if train else None
+    keep: dict[tuple[int, str, int], Generation | None] | None = None
+    replays: list[ReplayOutcome] | None = None
+    if trains_on_siblings(method):  # keep each sibling's own turn, not what followed it
+        plan = [c for record in batch.episodes for c in method.interventions(record)]
+        keep = {(job, *turn): None for job, c in enumerate(plan) for turn in c.turns}
+        replays = []
     batch.stats.replay_generations = credit_by_replay(
         env, batch.episodes, method, _replay_policy(routes, seed, batch.stats, keep),
         replays=replays,
@@ -362,7 +368,7 @@ def _credit_by_replay(
 def _siblings(
     samples: list[Sample],
     replays: Sequence[ReplayOutcome],
-    generations: Mapping[tuple[int, str, int], Generation],
+    generations: Mapping[tuple[int, str, int], Generation | None],
     routes: Mapping[str, _Route],
 ) -> list[Sample]:
     """``samples`` with one more sample per sibling replay: the resampled turn's generation
@@ -373,9 +379,11 @@ def _siblings(
     out = list(samples)
     branches: dict[tuple[int, str, int], int] = {}
     for job, r in enumerate(replays):
-        ((agent, rnd),) = r.intervention.turns
+        agent, rnd = resampled_turn(r)
         turn = own[(r.record, agent, rnd)]
         gen = generations[(job, agent, rnd)]
+        if gen is None:  # the replay resampled a turn the policy was never asked for
+            raise RuntimeError(f"sibling replay {job} has no generation for {agent}, round {rnd}")
         k = branches[(r.record, agent, rnd)] = branches.get((r.record, agent, rnd), 0) + 1
         score = next(t.score for t in r.replay.turns if (t.agent, t.round) == (agent, rnd))
         out.append(

@@ -79,7 +79,13 @@ from marti_env.credit.bench.sim import (
     team_accuracy,
 )
 from marti_env.credit.degeneracy import gradient_identical_to_none
-from marti_env.credit.replay import ReplayOutcome, Sibling, credit_by_replay, is_replay_method
+from marti_env.credit.replay import (
+    ReplayOutcome,
+    credit_by_replay,
+    is_replay_method,
+    resampled_turn,
+    trains_on_siblings,
+)
 from marti_env.record import EpisodeRecord
 from marti_env.replay import ReplayPolicy, ReplayRequest
 
@@ -372,12 +378,6 @@ def sim_policy(
     return policy
 
 
-def trains_on_siblings(method: CreditMethod) -> bool:
-    """Whether ``method`` adds sibling samples to the update (``sibling`` with
-    ``train=True``): they are grouped with their turn per node."""
-    return isinstance(method, Sibling) and method.train
-
-
 def sibling_turns(
     origin: int, replays: Sequence[ReplayOutcome], keep: Mapping[tuple[int, str, int], list]
 ) -> list[SiblingTurn]:
@@ -385,7 +385,7 @@ def sibling_turns(
     ``replays``, jobs numbered from 0) and the choices :func:`sim_policy` kept."""
     out = []
     for job, r in enumerate(replays):
-        ((agent, rnd),) = r.intervention.turns
+        agent, rnd = resampled_turn(r)
         out.append(SiblingTurn(origin, agent, rnd, r.replay.outcome, keep[(job, agent, rnd)]))
     return out
 
