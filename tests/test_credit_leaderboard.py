@@ -27,6 +27,7 @@ SWEEPS = {
     "credit_sweep_q": "docs/credit_sweep_q.md",
     "credit_classic": "docs/credit_classic.md",
     "credit_replay": "docs/credit_replay.md",
+    "credit_replay_episodes": "docs/credit_replay_episodes.md",
 }
 
 
