@@ -610,10 +610,12 @@ def pair_versus(groups: Sequence[Group], versus: str) -> list[Pairing]:
 
 def differing_keys(a: Group, b: Group) -> list[str]:
     """The config keys (flattened, without seed, names and ``log.*``) on which two groups
-    differ, sorted."""
+    differ, sorted; the deepest ones (``env.kwargs.rounds``, not also ``env.kwargs``)."""
     keys = set(a.config) | set(b.config)
-    return sorted(k for k in keys if json.dumps(a.config.get(k), default=repr)
-                  != json.dumps(b.config.get(k), default=repr))  # fmt: skip
+    differ = {k for k in keys if json.dumps(a.config.get(k), default=repr)
+              != json.dumps(b.config.get(k), default=repr)}  # fmt: skip
+    # an empty mapping on one side flattens to its own key: name the nested keys instead
+    return sorted(k for k in differ if not any(d.startswith(k + ".") for d in differ))
 
 
 # ----------------------------------------------------------------------------- the page
