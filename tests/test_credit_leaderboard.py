@@ -28,6 +28,7 @@ SWEEPS = {
     "docs/credit_classic.md": ["credit_classic"],
     "docs/credit_replay.md": ["credit_replay", "credit_sibling_train"],
     "docs/credit_replay_episodes.md": ["credit_replay_episodes"],
+    "docs/credit_sibling_train_mean.md": ["credit_sibling_train_mean"],
 }
 
 
