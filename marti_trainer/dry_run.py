@@ -171,9 +171,9 @@ class RunPlan:
     total_steps: int = 0
     max_new_tokens: int = 0
     replay_generations_per_step: int = 0
+    """Extra generations of a re-execution credit method (``env.credit``), per step."""
     siblings_per_turn: int = 0
     """Sibling samples trained on per turn (``sibling`` with ``train: true``), else 0."""
-    """Extra generations of a re-execution credit method (``env.credit``), per step."""
 
     @property
     def total_generations(self) -> int:
