@@ -86,7 +86,7 @@ def test_zero_spread_groups_follow_the_advantage_grouping():
     def sample(agent, turn, reward):
         return SimpleNamespace(
             task_id="t", agent=agent, role="debater", round=0, reward=reward, score=reward,
-            response_token_ids=[0], num_response_tokens=1, truncated=False,
+            response_token_ids=[0], num_response_tokens=1, truncated=False, branch=0,
             group_key=("t", agent, turn),
         )  # fmt: skip
 
