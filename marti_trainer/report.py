@@ -551,18 +551,26 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
             _refuse_other_heldout(g, [b for b, ok in zip(groups, is_base, strict=True) if ok], key)
             pairings.append(Pairing(g, None, []))
             continue
-        b = match[0]
-        seeds = sorted(set(g.by_seed()) & set(b.by_seed()))
-        for s in seeds:
-            why = _problem_mismatch(g.by_seed()[s], b.by_seed()[s])
-            if why:
-                raise ValueError(
-                    f"refusing to pair {g.by_seed()[s].path} with {b.by_seed()[s].path} "
-                    f"(seed {s}): their held-out problem sets differ: {why}. A paired "
-                    "difference needs both configs evaluated on the same problems."
-                )
-        pairings.append(Pairing(g, b, seeds))
+        pairings.append(_paired(g, match[0]))
     return pairings
+
+
+def _paired(g: Group, base: Group) -> Pairing:
+    """``g`` against ``base`` on their common seeds.
+
+    Raises:
+        ValueError: the two runs of a seed were evaluated on different problems.
+    """
+    seeds = sorted(set(g.by_seed()) & set(base.by_seed()))
+    for s in seeds:
+        why = _problem_mismatch(g.by_seed()[s], base.by_seed()[s])
+        if why:
+            raise ValueError(
+                f"refusing to pair {g.by_seed()[s].path} with {base.by_seed()[s].path} "
+                f"(seed {s}): their held-out problem sets differ: {why}. A paired "
+                "difference needs both configs evaluated on the same problems."
+            )
+    return Pairing(g, base, seeds)
 
 
 def pair_versus(groups: Sequence[Group], versus: str) -> list[Pairing]:
@@ -590,22 +598,7 @@ def pair_versus(groups: Sequence[Group], versus: str) -> list[Pairing]:
             "key only it has (e.g. its exp_name), or pair by --baseline"
         )  # fmt: skip
         raise ValueError(f"--versus {versus}: {which}; {key} takes {values}")
-    base = hits[0]
-    pairings = []
-    for g in groups:
-        if g is base:
-            continue
-        seeds = sorted(set(g.by_seed()) & set(base.by_seed()))
-        for s in seeds:
-            why = _problem_mismatch(g.by_seed()[s], base.by_seed()[s])
-            if why:
-                raise ValueError(
-                    f"refusing to pair {g.by_seed()[s].path} with {base.by_seed()[s].path} "
-                    f"(seed {s}): their held-out problem sets differ: {why}. A paired "
-                    "difference needs both configs evaluated on the same problems."
-                )
-        pairings.append(Pairing(g, base, seeds))
-    return pairings
+    return [_paired(g, hits[0]) for g in groups if g is not hits[0]]
 
 
 def differing_keys(a: Group, b: Group) -> list[str]:
