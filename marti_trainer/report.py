@@ -527,14 +527,11 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
         ValueError: ``baseline`` is malformed, names an unknown key, or matches no config;
             or two runs to be paired (same seed) were evaluated on different problems.
     """
-    key, sep, raw = baseline.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ValueError(f"--baseline {baseline!r}: expected key=value (e.g. env.credit=none)")
+    key, raw = _key_value(baseline, "--baseline", "env.credit=none")
     if not any(key in g.config for g in groups):
         known = sorted({k for g in groups for k in g.config})
         raise ValueError(f"--baseline {key}: not a config key of these runs (known: {known})")
-    is_base = [_matches(g.config.get(key), raw.strip()) for g in groups]
+    is_base = [_matches(g.config.get(key), raw) for g in groups]
     if not any(is_base):
         values = sorted({_value(g.config.get(key)) for g in groups})
         raise ValueError(f"--baseline {baseline}: no config has it; {key} takes {values}")
@@ -553,6 +550,15 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
             continue
         pairings.append(_paired(g, match[0]))
     return pairings
+
+
+def _key_value(spec: str, flag: str, example: str) -> tuple[str, str]:
+    """``"key=value"`` -> ``(key, value)``, both stripped; a spec without both is an error
+    naming ``flag``."""
+    key, sep, raw = spec.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"{flag} {spec!r}: expected key=value (e.g. {example})")
+    return key.strip(), raw.strip()
 
 
 def _paired(g: Group, base: Group) -> Pairing:
@@ -583,11 +589,8 @@ def pair_versus(groups: Sequence[Group], versus: str) -> list[Pairing]:
         ValueError: ``versus`` is malformed, or matches no group or more than one (named);
             or two runs to be paired (same seed) were evaluated on different problems.
     """
-    key, sep, raw = versus.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ValueError(f"--versus {versus!r}: expected key=value (e.g. exp_name=single)")
-    hits = [g for g in groups if all(_matches(r.config.get(key), raw.strip()) for r in g.runs)]
+    key, raw = _key_value(versus, "--versus", "exp_name=single")
+    hits = [g for g in groups if all(_matches(r.config.get(key), raw) for r in g.runs)]
     if len(hits) != 1:
         if not any(key in r.config for g in groups for r in g.runs):
             known = sorted({k for g in groups for r in g.runs for k in r.config})

@@ -72,8 +72,11 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged.update(methods=[], envs=[], rows=[], summary=[])
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for i, data in enumerate(results):
-        for key, value in (("config", setup(data)), ("seeds", data["seeds"])):
-            if value != (setup(first) if key == "config" else first["seeds"]):
+        for key, this, that in (
+            ("config", setup(data), setup(first)),
+            ("seeds", data["seeds"], first["seeds"]),
+        ):
+            if this != that:
                 raise ValueError(f"result {i} has another {key} than result 0; cannot merge")
         for name in ("methods", "envs"):
             merged[name] += [x for x in data[name] if x not in merged[name]]
