@@ -302,6 +302,13 @@ def test_cli_no_controls_leaves_the_control_runs_out(tmp_path):
     cli([*argv, *SMALL, "--no-controls", "--out", str(tmp_path / "a")])
     rows = json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
     assert sorted({r["method"] for r in rows}) == ["none", "score"]
+    # seeds read as `marti sweep` reads them (docs/credit.md gives ranges)
+    argv[-1] = "0-1,3"
+    cli([*argv, *SMALL, "--no-controls", "--out", str(tmp_path / "c")])
+    rows = json.loads((tmp_path / "c" / "results.json").read_text())["rows"]
+    assert sorted({r["seed"] for r in rows}) == [0, 1, 3]
+    with pytest.raises(ValueError, match="names seeds more than once"):
+        cli([*argv[:-1], "0-2,1", *SMALL, "--out", str(tmp_path / "d")])
     cli([*argv, *SMALL, "--out", str(tmp_path / "b")])
     rows = json.loads((tmp_path / "b" / "results.json").read_text())["rows"]
     assert {"oracle", "random", "none@reseed"} <= {r["method"] for r in rows}

@@ -96,7 +96,7 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         "--envs", default=None, help=f"comma-separated (default {DEFAULT_ENVS}; llm: mad-v0)"
     )
     parser.add_argument(
-        "--seeds", default=None, help="comma-separated integers (default 0,1,2; llm: 0)"
+        "--seeds", default=None, help="seeds and ranges, e.g. 0-49 or 0,2,5 (default 0,1,2; llm: 0)"
     )
     parser.add_argument(
         "--out", default=None, help="output folder (default runs/bench_credit__<time>)"
@@ -155,10 +155,10 @@ def _csv(text: str, what: str) -> list[str]:
 
 
 def _seeds(text: str) -> list[int]:
-    try:
-        return [int(x) for x in _csv(text, "seeds")]
-    except ValueError as e:
-        raise ValueError(f"--seeds must be comma-separated integers, got {text!r}") from e
+    """``--seeds`` as ``marti sweep`` reads it: ``0,2,5``, ``0-49`` or ``0-2,7``."""
+    from marti_trainer.sweep import parse_seeds
+
+    return parse_seeds(text)
 
 
 def import_methods(target: str) -> None:
