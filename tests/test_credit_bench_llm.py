@@ -88,10 +88,12 @@ def test_base_kwargs_apply_to_their_own_env_only(tiny_dir, tmp_path):  # noqa: F
 
 @pytest.mark.slow
 def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
-    """``marti bench credit --tier llm`` on the quick-start config, one step per cell."""
+    """``marti bench credit --tier llm`` on the quick-start config, one step per cell; the
+    sibling-training cell (AT-GRPO tree groups) runs with the real model too."""
     monkeypatch.chdir(REPO)
     out = tmp_path / "bench"
-    argv = ["bench", "credit", "--tier", "llm", "--methods", "none,quality", "--quiet"]
+    methods = "none,quality,sibling:train=true:samples=1"
+    argv = ["bench", "credit", "--tier", "llm", "--methods", methods, "--quiet"]
     argv += ["--out", str(out), "--no-plot"]
     for item in (
         "total_steps=1", "rollout.tasks_per_step=2", "rollout.n_samples=2",
@@ -103,7 +105,11 @@ def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "quality" in printed and "n/a" in printed
     rows = (out / "results.csv").read_text().splitlines()
-    assert len(rows) == 3 and rows[0].startswith("env,method,seed")
+    assert len(rows) == 4 and rows[0].startswith("env,method,seed")
     history = read_metrics(out / "runs" / "mad-v0__quality__0")
     assert history[-1]["step"] == 1 and "losses/policy/policy_loss" in history[-1]
     assert history[-1]["eval/boxed_rate"] > 0  # the real model boxes answers; a random one never
+    sibling = [h for h in read_metrics(out / "runs" / "mad-v0__sibling_train=true_samples=1__0")
+               if "rollout/samples" in h][-1]  # fmt: skip
+    # 2 tasks x 2 episodes x 4 turns (2 agents, 2 rounds), each with 1 resampled sibling
+    assert sibling["rollout/sibling_samples"] == 16 and sibling["rollout/samples"] == 32
