@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from marti_trainer.machine import describe_machine
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,17 +57,6 @@ STEP_PHASES = (
     "generation", "verification", "env_and_credit", "ref_logprobs", "old_logprobs",
     "forward_backward", "optimizer", "weight_sync",
 )  # fmt: skip
-
-
-def cpu_name() -> str:
-    """The CPU's model name and the bf16/AMX flags it reports (Linux)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if "model name" in ln), "")
-    flags = sorted({f for f in ("avx512_bf16", "amx_bf16") if f in text})
-    return f"{name}, {os.cpu_count()} cores" + (f", {' '.join(flags)}" if flags else "")
 
 
 def matmul_probe(shape: tuple[int, int, int], seconds: float = 2.0) -> dict[str, float]:
@@ -198,7 +187,7 @@ def main() -> None:
     at_commit = commit()
     shape = tuple(int(x) for x in args.probe_shape.split(","))
     probe = matmul_probe(shape)  # type: ignore[arg-type]
-    print(f"CPU: {cpu_name()}; matmul {shape}: fp32 {probe['fp32']:.0f}, bf16 "
+    print(f"CPU: {describe_machine()}; matmul {shape}: fp32 {probe['fp32']:.0f}, bf16 "
           f"{probe['bf16']:.0f} GFLOP/s", flush=True)  # fmt: skip
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-quickstart-") as tmp:
@@ -209,7 +198,7 @@ def main() -> None:
     print(table(results, probe))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        doc = {"cpu": cpu_name(), "commit": at_commit, "probe_gflops_per_s": probe}
+        doc = {"cpu": describe_machine(), "commit": at_commit, "probe_gflops_per_s": probe}
         doc["results"] = results
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -80,6 +80,7 @@ __all__ = [
     "check_report",
     "find_runs",
     "group_runs",
+    "page_options",
     "pair_versus",
     "read_run",
     "write_digests",
@@ -170,6 +171,8 @@ class RunRecord:
         tokens: Step -> response tokens the training rollouts generated up to and including
             that step (0 at step 0), from ``transcripts.jsonl`` (plus the replays' tokens
             from ``metrics.jsonl``); empty without it.
+        machines: The machine of each start of the run (``run.json``; more than one when it
+            was resumed elsewhere), without repeats; empty where not recorded.
     """
 
     path: Path
@@ -183,6 +186,7 @@ class RunRecord:
     start_problems: dict[str, float] | None = None
     generations_per_step: float | None = None
     tokens: dict[int, float] = field(default_factory=dict)
+    machines: list[str] = field(default_factory=list)
 
     @property
     def final_accuracy(self) -> float | None:
@@ -244,7 +248,21 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
     if finished and (run_dir / "transcripts.jsonl").is_file():
         _read_tokens(run, run_dir / "transcripts.jsonl", sources)
     _add_replay_cost(run, history)
+    if (run_dir / "run.json").is_file():
+        run.machines = _read_machines(run_dir / "run.json", sources)
     return run
+
+
+def _read_machines(path: Path, sources: _Sources) -> list[str]:
+    """The ``machine`` of each session in ``run.json``, in order, without repeats."""
+    try:
+        sessions = json.loads(sources.text(path))["sessions"]
+        machines = [s["machine"] for s in sessions if "machine" in s]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a run.json of `marti train` ({e!r})") from None
+    if not all(isinstance(m, str) for m in machines):
+        raise ValueError(f"{path}: a session's 'machine' is not a string")
+    return list(dict.fromkeys(machines))
 
 
 def _digest(run: RunRecord) -> dict[str, Any]:
@@ -260,6 +278,7 @@ def _digest(run: RunRecord) -> dict[str, Any]:
         "start_problems": run.start_problems,
         "generations_per_step": run.generations_per_step,
         "tokens": {str(k): v for k, v in run.tokens.items()},
+        "machines": run.machines,
     }
 
 
@@ -276,6 +295,9 @@ def _read_digest(path: Path, sources: _Sources) -> RunRecord:
         run.start_problems = data.get("start_problems")
         run.generations_per_step = data["generations_per_step"]
         run.tokens = {int(k): float(v) for k, v in data["tokens"].items()}
+        run.machines = data.get("machines", [])  # older digests: not recorded
+        if not isinstance(run.machines, list) or not all(isinstance(m, str) for m in run.machines):
+            raise ValueError("'machines' is not a list of strings")
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: not a run digest ({e})") from None
     return run
@@ -736,7 +758,9 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         ]
         lines += _paired_table(pair_versus(groups, versus), opts, "", differs=True)
     summary = "\n".join(lines[lines.index("## Held-out accuracy per config") :]).strip() + "\n"
-    lines += _run_table(groups, conf, seed)
+    machines = _machine_labels(groups)
+    lines += _run_table(groups, conf, seed, machines)
+    lines += _start_table(groups, machines)
     if unfinished:
         lines += ["", "Not counted (unfinished, or no evaluation after step 0):", ""]
         lines += [f"- `{_display(r.path)}`" for r in unfinished]
@@ -798,7 +822,25 @@ def _paired_table(
     return [*lines, ""]
 
 
-def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
+def _machine_labels(groups: Sequence[Group]) -> dict[str, str]:
+    """Machine description -> a short label (A, B, ...) in order of first appearance."""
+    labels: dict[str, str] = {}
+    for g in groups:
+        for r in g.runs:
+            for m in r.machines:
+                if m not in labels:
+                    n = len(labels)
+                    labels[m] = chr(ord("A") + n) if n < 26 else f"M{n + 1}"
+    return labels
+
+
+def _machine_of(run: RunRecord, labels: dict[str, str]) -> str:
+    return "+".join(labels[m] for m in run.machines) if run.machines else "n/r"
+
+
+def _run_table(
+    groups: Sequence[Group], conf: float, seed: int, machines: dict[str, str]
+) -> list[str]:
     level = f"{100 * conf:g}%"
     lines = [
         "## Runs",
@@ -808,11 +850,12 @@ def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
         "per-problem scores; n/a without the evaluation's transcript. Change over step 0: "
         "problems gained and lost between the step-0 and final evaluations of the same "
         "problems, with the exact McNemar p-value (`marti_env.stats.mcnemar_exact`): the "
-        "evidence that this run changed, not that the config beats another across seeds.",
+        "evidence that this run changed, not that the config beats another across seeds. "
+        "Machine: where the run ran (the legend follows the table).",
         "",
         "| config | seed | run | step | problems | final accuracy [CI] | step-0 accuracy | "
-        "change over step 0: gained / lost, McNemar p |",
-        "|---|---|---|---|---|---|---|---|",
+        "change over step 0: gained / lost, McNemar p | machine |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         for r in g.runs:
@@ -827,9 +870,63 @@ def _run_table(groups: Sequence[Group], conf: float, seed: int) -> list[str]:
             start = "n/a" if r.start_accuracy is None else f"{100 * r.start_accuracy:.1f}"
             lines.append(
                 f"| {g.label} | {r.seed} | {_display(r.path)} | {r.evals[-1][0]} | "
-                f"{n if n is not None else 'n/a'} | {acc} | {start} | {_change(r)} |"
+                f"{n if n is not None else 'n/a'} | {acc} | {start} | {_change(r)} | "
+                f"{_machine_of(r, machines)} |"
             )
-    return lines
+    legend = [f"{label}: {m}" for m, label in machines.items()]
+    if any(not r.machines for g in groups for r in g.runs):
+        legend.append("n/r: not recorded (the run or its digest predates run.json's 'machine')")
+    return [*lines, "", "Machines: " + "; ".join(legend) + "."]
+
+
+def step0_disagreements(runs: Sequence[RunRecord]) -> dict[int, int] | None:
+    """Problems whose step-0 outcome differs from the first run's, per later run's seed.
+
+    Every seed of a config evaluates the same initial model on the same problems, so with a
+    greedy evaluation the counts should all be 0; a count above 0 measures how much the
+    evaluation itself (machine, kernels, batching) moves outcomes. None when fewer than two
+    runs have a step-0 evaluation or their problem sets differ.
+    """
+    starts = [r for r in runs if r.start_problems]
+    first = starts[0].start_problems if starts else {}
+    if len(starts) < 2 or any(set(r.start_problems) != set(first) for r in starts):
+        return None
+    return {r.seed: sum(r.start_problems[k] != v for k, v in first.items()) for r in starts[1:]}
+
+
+def _start_table(groups: Sequence[Group], machines: dict[str, str]) -> list[str]:
+    """The step-0 evaluations of each config's seeds compared problem by problem."""
+    rows = []
+    for g in groups:
+        counts = step0_disagreements(g.runs)
+        if counts is None:
+            continue
+        samples = g.runs[0].config.get("eval.samples") or 0
+        runs = {r.seed: r for r in g.runs}
+        first = next(r for r in g.runs if r.start_problems)
+        cells = ", ".join(
+            f"seed {s} ({_machine_of(runs[s], machines)}): {n}" for s, n in counts.items()
+        )
+        how = f"sampled, avg@{samples}: differences expected" if samples else "greedy"
+        rows.append(
+            f"| {g.label} | {how} | {len(counts) + 1} | seed {first.seed} "
+            f"({_machine_of(first, machines)}) | {cells} |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "## Step-0 evaluations across seeds",
+        "",
+        "The seeds of a config start from the same model and are evaluated on the same "
+        "problems, so a greedy step-0 evaluation should give the same outcome on every "
+        "problem; problems that differ measure how much the evaluation itself (machine, "
+        "kernels, batching) moves a result.",
+        "",
+        "| config | evaluation | runs | compared with | problems whose step-0 outcome differs |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def _change(run: RunRecord) -> str:
@@ -979,19 +1076,34 @@ def write_report(opts: ReportOptions, out: str | Path, plots: bool = True) -> li
     return [*written, *(_draw(report.plots, out.parent, out.stem) if plots else [])]
 
 
+def page_options(page: str | Path) -> ReportOptions:
+    """The arguments a page was written with (its first line), so it can be checked or
+    regenerated from the files as they are now (``marti report --update PAGE``).
+
+    Raises:
+        ValueError: ``page`` was not written by ``marti report`` or its header is unreadable.
+    """
+    page = Path(page)
+    text = page.read_text(encoding="utf-8")
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith(HEADER) or not first.endswith(" -->"):
+        raise ValueError(f"{page}: not a page written by `marti report` (no arguments header)")
+    try:
+        args = json.loads(first[len(HEADER) : -len(" -->")])
+        return ReportOptions(tuple(args.pop("paths")), versus=tuple(args.pop("versus", ())), **args)
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{page}: unreadable arguments header ({e})") from None
+
+
 def check_report(page: str | Path) -> list[str]:
     """Regenerate ``page`` from the arguments recorded in it; the problems found (empty:
     it matches). A cited file that changed or vanished is named."""
     page = Path(page)
     text = page.read_text(encoding="utf-8")
-    first = text.splitlines()[0] if text else ""
-    if not first.startswith(HEADER) or not first.endswith(" -->"):
-        return [f"{page}: not a page written by `marti report` (no arguments header)"]
     try:
-        args = json.loads(first[len(HEADER) : -len(" -->")])
-        opts = ReportOptions(tuple(args.pop("paths")), versus=tuple(args.pop("versus", ())), **args)
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        return [f"{page}: unreadable arguments header ({e})"]
+        opts = page_options(page)
+    except ValueError as e:
+        return [str(e)]
     problems = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]

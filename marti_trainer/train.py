@@ -47,6 +47,7 @@ from marti_trainer.evaluate import heldout_rollout
 from marti_trainer.evaluate import summarize as summarize_eval
 from marti_trainer.interrupt import StopRequest
 from marti_trainer.learner import make_loss_fn, update_unit
+from marti_trainer.machine import describe_machine
 from marti_trainer.metrics import MetricsLogger, read_metrics
 from marti_trainer.plots import plot_run
 from marti_trainer.policies import SamplingParams
@@ -404,9 +405,10 @@ def _saved_config(resume: Path) -> dict | None:
 def _write_run_metadata(
     run_dir: Path, start: int, sources: dict[str, TaskSource], precision: dict[str, str]
 ) -> None:
-    """``run.json``: versions, and each start (fresh or resumed) of the run with the size of
-    its task sources, the data rows they skipped (``on_error: skip``) and the precision it
-    ran at (with the reason, e.g. the rule that resolved ``auto``)."""
+    """``run.json``: versions, and each start (fresh or resumed) of the run with the machine
+    it ran on (:func:`~marti_trainer.machine.describe_machine`), the size of its task
+    sources, the data rows they skipped (``on_error: skip``) and the precision it ran at
+    (with the reason, e.g. the rule that resolved ``auto``)."""
     path = run_dir / "run.json"
     meta = json.loads(path.read_text()) if start > 0 and path.is_file() else {"sessions": []}
     data = {}
@@ -429,6 +431,7 @@ def _write_run_metadata(
                 "torch": torch.__version__,
                 "transformers": transformers.__version__,
             },
+            "machine": describe_machine(),
             "data": data,
             "precision": precision,
         }

@@ -353,7 +353,8 @@ def test_digests_give_the_same_tables_as_the_run_directories(sweep, tmp_path, mo
         return [line for line in page.splitlines() if line.startswith("| env.credit=")
                 and "seed=" not in line]  # fmt: skip
 
-    assert tables(from_digests) == tables(from_runs) and len(tables(from_runs)) == 3
+    # per config (2), paired (1), step-0 comparison (2)
+    assert tables(from_digests) == tables(from_runs) and len(tables(from_runs)) == 5
     out = Path("docs/results.md")
     note = "The problems come from 3 templates, so they are not independent."
     opts = ReportOptions(("digests",), baseline="env.credit=none", note=note)
@@ -380,3 +381,73 @@ def test_replay_generations_count_as_inference(tmp_path):
         row["rollout/replay_generations"] = extra
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert read_run(run).generations_per_step == 16 + 8
+
+
+def test_machines_are_listed_and_step0_evaluations_compared_across_seeds(tmp_path, monkeypatch):
+    """Each run's machine (run.json, carried by its digest) is in the runs table with a
+    legend; the step-0 evaluations of a config's seeds are compared problem by problem."""
+    from marti_trainer.report import read_run, step0_disagreements, write_digests
+
+    root = tmp_path / "sweep"
+    runs = [fake_run(root, f"seed={s}", s, "none", 0.5, start=0.2) for s in range(3)]
+    # seed 2's step-0 evaluation got problems 3 and 4 right instead of 0 and 1
+    path = runs[2] / "eval" / "step_000000.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, r in enumerate(records):
+        r["outcome"] = float(i in (3, 4))
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for run, machines in zip(runs, (["cpu X"], ["cpu X", "cpu Y"], []), strict=True):
+        sessions = [{"from_step": 0, "machine": m} for m in machines] or [{"from_step": 0}]
+        (run / "run.json").write_text(json.dumps({"sessions": sessions}))
+    read = [read_run(r) for r in runs]
+    assert [r.machines for r in read] == [["cpu X"], ["cpu X", "cpu Y"], []]
+    assert step0_disagreements(read) == {1: 0, 2: 4}  # 0, 1 lost; 3, 4 gained
+    assert step0_disagreements(read[:1]) is None
+    page = build_report(ReportOptions((str(root),))).markdown
+    assert _row(page, "| all runs | 1 |")[-1] == "A+B"
+    assert _row(page, "| all runs | 2 |")[-1] == "n/r"
+    assert "Machines: A: cpu X; B: cpu Y; n/r: not recorded" in page
+    assert _row(page, "| all runs | greedy | 3 |")[-1] == "seed 1 (A+B): 0, seed 2 (n/r): 4"
+    # a digest carries the machines; a malformed list is named
+    monkeypatch.chdir(tmp_path)
+    (digest, *_) = write_digests(["sweep"], "digests")
+    assert read_run(digest).machines == ["cpu X"]
+    digest.write_text(digest.read_text().replace('"machines":["cpu X"]', '"machines":"cpu X"'))
+    with pytest.raises(ValueError, match=r"not a run digest.*'machines' is not a list"):
+        read_run(digest)
+    (runs[0] / "run.json").write_text('{"sessions": 3}')
+    with pytest.raises(ValueError, match=r"seed=0/run\.json: not a run\.json"):
+        read_run(runs[0])
+
+
+def test_describe_machine_reads_the_cpu_and_gpus():
+    from marti_trainer.machine import describe_machine
+
+    cpuinfo = "processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: fpu avx512_bf16 sse\n"
+    text = describe_machine(cpuinfo, gpus=["H200", "H200"])
+    assert text.startswith("Some CPU 9000, ") and text.endswith(", avx512_bf16; 2 x H200")
+    assert "bf16" not in describe_machine("model name\t: Old CPU\nflags\t: fpu sse\n", gpus=[])
+
+
+def test_update_rewrites_a_page_with_its_own_arguments(sweep, tmp_path, monkeypatch, capsys):
+    """``--update PAGE``: after a new run, the page is rewritten with the arguments in its
+    header (note, baseline) and then follows from its files again."""
+    monkeypatch.chdir(tmp_path)
+    note = "Three seeds only."
+    argv = ["report", "sweep", "--baseline", "env.credit=none", "--note", note, "--no-plots"]
+    assert main([*argv, "--out", "page.md"]) == 0
+    fake_run(Path("sweep"), "env.credit=none__seed=3", 3, "none", 0.9)
+    assert check_report("page.md") != []
+    assert main(["report", "--update", "page.md", "--no-plots"]) == 0
+    page = Path("page.md").read_text()
+    assert check_report("page.md") == [] and f"**Note.** {note}" in page
+    assert "from 7 finished runs" in page and _row(page, "| env.credit=none | 4 |")
+    Path("other.md").write_text("# typed by hand\n")
+    for bad, message in (
+        (["sweep", "--update", "page.md"], "--update PAGE takes no run folders"),
+        (["--update", "page.md", "--check", "page.md"], "not both"),
+        (["--update", "other.md"], "other.md: not a page written by `marti report`"),
+    ):
+        capsys.readouterr()
+        assert main(["report", *bad]) == 2
+        assert message in capsys.readouterr().err

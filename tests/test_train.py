@@ -13,6 +13,7 @@ import torch
 from marti_env.tasks import ArithmeticTasks
 from marti_trainer.config import config_from_dict, load_config
 from marti_trainer.learner import collate, make_loss_fn, set_norm
+from marti_trainer.machine import describe_machine
 from marti_trainer.metrics import read_metrics
 from marti_trainer.models import tiny_random_model
 from marti_trainer.policies import SamplingParams
@@ -137,6 +138,7 @@ def test_run_writes_metrics_checkpoints_plots_and_summary(tiny_dir, tmp_path):
     assert session["precision"] == {
         "precision": "fp32", "rollout_dtype": "float32", "reason": "set explicitly"
     }  # fmt: skip
+    assert session["machine"] == describe_machine()
 
 
 def test_killed_and_resumed_run_reproduces_the_uninterrupted_losses(tiny_dir, tmp_path):

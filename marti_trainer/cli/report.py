@@ -7,6 +7,7 @@ Examples::
     marti report runs/sweeps/suite --versus exp_name=135m_single_none   # across config files
     marti report runs/sweep__quickstart --summary-into README.md   # tables into its README block
     marti report --check docs/results.md       # still what its cited run files give?
+    marti report --update docs/results.md      # rewrite it with its own arguments (new runs)
 
 Groups the finished runs by config (without the seed), and writes markdown tables (mean
 and CI over seeds, paired differences against ``--baseline``, every run with its Wilson
@@ -71,19 +72,40 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "--check", metavar="PAGE", default=None,
         help="regenerate PAGE from the files it cites and report any difference (exit 1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--update", metavar="PAGE", default=None,
+        help="rewrite PAGE (its plots and README summary too) with the arguments recorded in "
+        "it, from the files under its folders now: e.g. after new runs or digests",
+    )  # fmt: skip
     parser.set_defaults(func=run_report)
     return parser
 
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the page (or check one); prints what it wrote."""
-    from marti_trainer.report import ReportOptions, check_report, write_digests, write_report
+    from marti_trainer.report import (
+        ReportOptions,
+        check_report,
+        page_options,
+        write_digests,
+        write_report,
+    )
 
+    if args.check and args.update:
+        raise ValueError("give --check PAGE or --update PAGE, not both")
     if args.save_digests:
-        if not args.paths or args.check:
-            raise ValueError("--save-digests DIR takes run or sweep folders (and no --check)")
+        if not args.paths or args.check or args.update:
+            raise ValueError(
+                "--save-digests DIR takes run or sweep folders (and no --check or --update)"
+            )
         written = write_digests(args.paths, args.save_digests)
         print(f"wrote {len(written)} digests into {args.save_digests}")
+        return 0
+    if args.update:
+        if args.paths:
+            raise ValueError("--update PAGE takes no run folders: they are recorded in the page")
+        paths = write_report(page_options(args.update), args.update, plots=not args.no_plots)
+        print("wrote " + ", ".join(str(p) for p in paths))
         return 0
     if args.check:
         if args.paths:
