@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from marti_env.credit.bench.leaderboard import DEFAULT_PAGE
 from marti_trainer.cli.bench import add_credit_arguments, run_credit_bench
 
 
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         "--leaderboard", nargs="+", metavar="RESULTS_JSON",
         help="write the leaderboard page from these results.json files (runs nothing)",
     )  # fmt: skip
-    parser.add_argument("--leaderboard-out", default="docs/credit_leaderboard.md")
+    parser.add_argument(
+        "--leaderboard-out", default=DEFAULT_PAGE, help=f"the page to write ({DEFAULT_PAGE})"
+    )
     args = parser.parse_args(argv)
     try:
         if args.leaderboard:

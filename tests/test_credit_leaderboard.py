@@ -36,8 +36,9 @@ SWEEPS = {
 def test_docs_sweep_pages_are_generated(page, names):
     sources = [REPO / "docs" / "results" / f"{name}.json" for name in names]
     cited = [str(source.relative_to(REPO)) for source in sources]
-    expected = leaderboard_markdown(load_results(sources), cited)
+    expected = leaderboard_markdown(load_results(sources), cited, page)
     assert (REPO / page).read_text(encoding="utf-8") == expected
+    assert f"--leaderboard-out {page}`" in expected  # the page's own command rewrites it
 
 
 def test_docs_leaderboard_is_the_generated_page():

@@ -1,4 +1,5 @@
-"""The ``marti`` command line: ``marti envs | eval | train | bench | export | checkpoint``.
+"""The ``marti`` command line: ``marti envs | eval | train | sweep | report | bench | export |
+checkpoint | data``.
 
 This module assembles the parser and runs the chosen subcommand (:func:`main`, the
 ``marti`` console script). Each subcommand lives in the module named for it:

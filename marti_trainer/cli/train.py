@@ -7,7 +7,7 @@ Examples::
     marti train baselines/quickstart.yaml --resume                 # newest run of this config
     marti train baselines/quickstart.yaml --resume runs/mad-v0__quickstart__0__1732
     marti train --help-config                                      # every config field
-    marti train baselines/qwen2.5-3b/3b_mad2x2_margin.yaml --dry-run   # check, plan, no training
+    marti train baselines/qwen2.5-3b/3b_mad2x2.yaml --dry-run             # check, plan, no training
 
 ``--dry-run`` validates the config without training and prints the resolved config, the
 model it would load (or why it is not available offline, and how to provide it), its

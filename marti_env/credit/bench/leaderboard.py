@@ -26,6 +26,9 @@ from marti_env.stats import (
     probability_of_improvement_ci,
 )
 
+DEFAULT_PAGE = "docs/credit_leaderboard.md"
+"""Where ``benchmarks/bench_credit.py --leaderboard`` writes unless told otherwise."""
+
 COLUMNS = (
     "method", "=none", "fidelity", "zero_adv", "abl_drop", "acc_final [95% CI]",
     "- none [95% CI]", "W/T/L", "P(> none)", "verdict",
@@ -176,14 +179,19 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> lis
     return lines
 
 
-def leaderboard_markdown(results: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> str:
+def leaderboard_markdown(
+    results: Sequence[Mapping[str, Any]], sources: Sequence[str], out: str = DEFAULT_PAGE
+) -> str:
     """The leaderboard page for ``results`` (parsed ``results.json`` files of one config,
-    merged by :func:`merge_results`, read from ``sources``, named on the page)."""
+    merged by :func:`merge_results`, read from ``sources``, named on the page) to be written
+    to ``out`` (named in the page's command unless it is :data:`DEFAULT_PAGE`)."""
+    command = "python benchmarks/bench_credit.py --leaderboard " + " ".join(sources)
+    if out != DEFAULT_PAGE:
+        command += f" --leaderboard-out {out}"
     lines = [
         "# Credit-assignment leaderboard: simulated tier",
         "",
-        "Generated from " + ", ".join(f"`{s}`" for s in sources) + " by `python "
-        "benchmarks/bench_credit.py --leaderboard " + " ".join(sources) + "` "
+        "Generated from " + ", ".join(f"`{s}`" for s in sources) + f" by `{command}` "
         "(`marti_env/credit/bench/leaderboard.py`); do not edit by hand. What the columns "
         "mean: [credit.md](credit.md#controls-and-diagnostics).",
         "",
@@ -259,10 +267,10 @@ def _budget_note(cfg: Mapping[str, Any]) -> str:
     return out
 
 
-def write_leaderboard(sources: Sequence[str | Path], out: str | Path) -> Path:
+def write_leaderboard(sources: Sequence[str | Path], out: str | Path = DEFAULT_PAGE) -> Path:
     """Read the result files and write the page to ``out``."""
     names = [str(s) for s in sources]
-    text = leaderboard_markdown(load_results(sources), names)
+    text = leaderboard_markdown(load_results(sources), names, str(out))
     path = Path(out)
     path.write_text(text, encoding="utf-8")
     return path
