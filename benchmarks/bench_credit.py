@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from marti_env.credit.bench.leaderboard import DEFAULT_PAGE
+from marti_env.credit.bench.leaderboard import DEFAULT_PAGE, write_leaderboard
 from marti_trainer.cli.bench import add_credit_arguments, run_credit_bench
 
 
@@ -38,8 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.leaderboard:
-            from marti_env.credit.bench.leaderboard import write_leaderboard
-
             print(write_leaderboard(args.leaderboard, args.leaderboard_out))
             return 0
         return run_credit_bench(args)

@@ -7,7 +7,8 @@
 #
 # Every finished cell is digested at once into docs/results/digests/suite/ (a few kB: commit
 # them); a cell whose digest is there is skipped, so a fresh clone continues where the
-# committed digests end. The page: benchmarks/report_suite.sh.
+# committed digests end. The page: benchmarks/report_suite.sh (first written), then
+# `marti report --update docs/results.md` as digests arrive.
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+
+from marti_trainer.machine import cpu_bf16_flags
 
 if TYPE_CHECKING:
     from marti_trainer.config import OptimConfig, TrainConfig
@@ -34,13 +35,10 @@ __all__ = [
     "PrecisionChoice",
     "choose_precision",
     "concrete_precision",
-    "cpu_bf16_flags",
     "keep_resumed",
     "resolve_config",
     "resolve_precision",
 ]
-
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 @dataclass(frozen=True)
@@ -63,20 +61,6 @@ class PrecisionChoice:
             "rollout_dtype": self.rollout_dtype,
             "reason": self.reason,
         }
-
-
-def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
-    """The native-bf16 flags this CPU reports in ``/proc/cpuinfo`` (empty where unreadable)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return []
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-    return [f for f in NATIVE_BF16_FLAGS if f in flags]
 
 
 def choose_precision(device_type: str, cuda_bf16: bool, cpu_flags: list[str]) -> tuple[str, str]:

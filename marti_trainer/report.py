@@ -171,8 +171,9 @@ class RunRecord:
         tokens: Step -> response tokens the training rollouts generated up to and including
             that step (0 at step 0), from ``transcripts.jsonl`` (plus the replays' tokens
             from ``metrics.jsonl``); empty without it.
-        machines: The machine of each start of the run (``run.json``; more than one when it
-            was resumed elsewhere), without repeats; empty where not recorded.
+        machines: The machine of each start of the run (``run.json``), without repeats; the
+            first is the fresh start's (the step-0 evaluation's), None for a start that did
+            not record it; empty where no start did.
     """
 
     path: Path
@@ -186,7 +187,7 @@ class RunRecord:
     start_problems: dict[str, float] | None = None
     generations_per_step: float | None = None
     tokens: dict[int, float] = field(default_factory=dict)
-    machines: list[str] = field(default_factory=list)
+    machines: list[str | None] = field(default_factory=list)
 
     @property
     def final_accuracy(self) -> float | None:
@@ -253,16 +254,19 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
     return run
 
 
-def _read_machines(path: Path, sources: _Sources) -> list[str]:
-    """The ``machine`` of each session in ``run.json``, in order, without repeats."""
+def _read_machines(path: Path, sources: _Sources) -> list[str | None]:
+    """The ``machine`` of each session in ``run.json`` (None where a session has none), in
+    order, without repeats; empty when no session recorded one."""
     try:
         sessions = json.loads(sources.text(path))["sessions"]
-        machines = [s["machine"] for s in sessions if "machine" in s]
+        if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions):
+            raise TypeError("'sessions' is not a list of objects")
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a run.json of `marti train` ({e!r})") from None
-    if not all(isinstance(m, str) for m in machines):
+    machines = [s.get("machine") for s in sessions]
+    if not all(m is None or isinstance(m, str) for m in machines):
         raise ValueError(f"{path}: a session's 'machine' is not a string")
-    return list(dict.fromkeys(machines))
+    return list(dict.fromkeys(machines)) if any(machines) else []
 
 
 def _digest(run: RunRecord) -> dict[str, Any]:
@@ -296,8 +300,10 @@ def _read_digest(path: Path, sources: _Sources) -> RunRecord:
         run.generations_per_step = data["generations_per_step"]
         run.tokens = {int(k): float(v) for k, v in data["tokens"].items()}
         run.machines = data.get("machines", [])  # older digests: not recorded
-        if not isinstance(run.machines, list) or not all(isinstance(m, str) for m in run.machines):
-            raise ValueError("'machines' is not a list of strings")
+        if not isinstance(run.machines, list) or not all(
+            m is None or isinstance(m, str) for m in run.machines
+        ):
+            raise ValueError("'machines' is not a list of strings (or nulls)")
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: not a run digest ({e})") from None
     return run
@@ -828,14 +834,19 @@ def _machine_labels(groups: Sequence[Group]) -> dict[str, str]:
     for g in groups:
         for r in g.runs:
             for m in r.machines:
-                if m not in labels:
+                if m is not None and m not in labels:
                     n = len(labels)
                     labels[m] = chr(ord("A") + n) if n < 26 else f"M{n + 1}"
     return labels
 
 
-def _machine_of(run: RunRecord, labels: dict[str, str]) -> str:
-    return "+".join(labels[m] for m in run.machines) if run.machines else "n/r"
+def _machine_of(run: RunRecord, labels: dict[str, str], start_only: bool = False) -> str:
+    """The run's machine labels (``A+B``: resumed on another machine; ``n/r``: not
+    recorded); ``start_only``: the fresh start's alone (where step 0 was evaluated)."""
+    machines = run.machines[:1] if start_only else run.machines
+    if not machines:
+        return "n/r"
+    return "+".join("n/r" if m is None else labels[m] for m in machines)
 
 
 def _run_table(
@@ -873,25 +884,40 @@ def _run_table(
                 f"{n if n is not None else 'n/a'} | {acc} | {start} | {_change(r)} | "
                 f"{_machine_of(r, machines)} |"
             )
-    legend = [f"{label}: {m}" for m, label in machines.items()]
-    if any(not r.machines for g in groups for r in g.runs):
-        legend.append("n/r: not recorded (the run or its digest predates run.json's 'machine')")
-    return [*lines, "", "Machines: " + "; ".join(legend) + "."]
+    if not machines and all(not r.machines for g in groups for r in g.runs):
+        return [*lines, "", "Machines: not recorded (n/r: runs from before run.json held one)."]
+    legend = [f"- {label}: {m}" for m, label in machines.items()]
+    if any(None in r.machines or not r.machines for g in groups for r in g.runs):
+        legend.append("- n/r: not recorded (a start from before run.json held the machine)")
+    return [*lines, "", "Machines:", "", *legend]
 
 
-def step0_disagreements(runs: Sequence[RunRecord]) -> dict[int, int] | None:
-    """Problems whose step-0 outcome differs from the first run's, per later run's seed.
+def step0_disagreements(runs: Sequence[RunRecord]) -> dict[int, int | None]:
+    """Per run with a step-0 evaluation after the first such run: the number of problems
+    whose step-0 outcome differs from the first run's (None: its step-0 problems are another
+    set, not comparable). Runs without a step-0 evaluation are left out.
 
-    Every seed of a config evaluates the same initial model on the same problems, so with a
-    greedy evaluation the counts should all be 0; a count above 0 measures how much the
-    evaluation itself (machine, kernels, batching) moves outcomes. None when fewer than two
-    runs have a step-0 evaluation or their problem sets differ.
+    Every seed of a config starts from the same model on the same problems. With a greedy
+    evaluation a count above 0 comes from the evaluation itself (machine, kernels, batching,
+    code version) or, where agents can disagree, from the run seed, which also sets the
+    order in which an episode shows responses and breaks vote ties.
+
+    Raises:
+        ValueError: two runs have the same seed.
     """
+    seeds = [r.seed for r in runs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"step0_disagreements: repeated seeds in {seeds}")
     starts = [r for r in runs if r.start_problems]
-    first = starts[0].start_problems if starts else {}
-    if len(starts) < 2 or any(set(r.start_problems) != set(first) for r in starts):
-        return None
-    return {r.seed: sum(r.start_problems[k] != v for k, v in first.items()) for r in starts[1:]}
+    if not starts:
+        return {}
+    first = starts[0].start_problems
+    return {
+        r.seed: sum(r.start_problems[k] != v for k, v in first.items())
+        if set(r.start_problems) == set(first)
+        else None
+        for r in starts[1:]
+    }
 
 
 def _start_table(groups: Sequence[Group], machines: dict[str, str]) -> list[str]:
@@ -899,18 +925,22 @@ def _start_table(groups: Sequence[Group], machines: dict[str, str]) -> list[str]
     rows = []
     for g in groups:
         counts = step0_disagreements(g.runs)
-        if counts is None:
+        if not counts:
             continue
-        samples = g.runs[0].config.get("eval.samples") or 0
-        runs = {r.seed: r for r in g.runs}
+        # eval.samples: 0 (or absent, configs from before the option) is one greedy episode
+        samples = g.config.get("eval.samples") or 0
+        runs = g.by_seed()
         first = next(r for r in g.runs if r.start_problems)
-        cells = ", ".join(
-            f"seed {s} ({_machine_of(runs[s], machines)}): {n}" for s, n in counts.items()
-        )
+        cells = [
+            f"seed {s} ({_machine_of(runs[s], machines, start_only=True)}): "
+            + ("another problem set" if n is None else str(n))
+            for s, n in counts.items()
+        ]
+        cells += [f"seed {r.seed}: no step-0 evaluation" for r in g.runs if not r.start_problems]
         how = f"sampled, avg@{samples}: differences expected" if samples else "greedy"
         rows.append(
             f"| {g.label} | {how} | {len(counts) + 1} | seed {first.seed} "
-            f"({_machine_of(first, machines)}) | {cells} |"
+            f"({_machine_of(first, machines, start_only=True)}) | {', '.join(cells)} |"
         )
     if not rows:
         return []
@@ -919,9 +949,10 @@ def _start_table(groups: Sequence[Group], machines: dict[str, str]) -> list[str]
         "## Step-0 evaluations across seeds",
         "",
         "The seeds of a config start from the same model and are evaluated on the same "
-        "problems, so a greedy step-0 evaluation should give the same outcome on every "
-        "problem; problems that differ measure how much the evaluation itself (machine, "
-        "kernels, batching) moves a result.",
+        "problems. With a greedy evaluation, problems whose step-0 outcome differs come from "
+        "the evaluation itself (machine, kernels, batching, code version) or, where agents "
+        "can disagree, from the seed's order of shown responses and vote tie-breaks. Machine: "
+        "where step 0 was evaluated.",
         "",
         "| config | evaluation | runs | compared with | problems whose step-0 outcome differs |",
         "|---|---|---|---|---|",
@@ -1084,6 +1115,8 @@ def page_options(page: str | Path) -> ReportOptions:
         ValueError: ``page`` was not written by ``marti report`` or its header is unreadable.
     """
     page = Path(page)
+    if not page.is_file():
+        raise FileNotFoundError(f"{page}: no such page")
     text = page.read_text(encoding="utf-8")
     first = text.splitlines()[0] if text else ""
     if not first.startswith(HEADER) or not first.endswith(" -->"):

@@ -322,6 +322,7 @@ def train(
         start,
         {"train_tasks": train_source, "eval_tasks": eval_source},
         precision.as_dict(),
+        on_ray=cfg.distributed.backend == "ray",
     )
     _record_credit_source(run_dir, cfg.env.credit)
     logger = MetricsLogger(
@@ -403,12 +404,17 @@ def _saved_config(resume: Path) -> dict | None:
 
 
 def _write_run_metadata(
-    run_dir: Path, start: int, sources: dict[str, TaskSource], precision: dict[str, str]
+    run_dir: Path,
+    start: int,
+    sources: dict[str, TaskSource],
+    precision: dict[str, str],
+    on_ray: bool = False,
 ) -> None:
     """``run.json``: versions, and each start (fresh or resumed) of the run with the machine
     it ran on (:func:`~marti_trainer.machine.describe_machine`), the size of its task
     sources, the data rows they skipped (``on_error: skip``) and the precision it ran at
-    (with the reason, e.g. the rule that resolved ``auto``)."""
+    (with the reason, e.g. the rule that resolved ``auto``). With ``on_ray`` the machine is
+    the driver's, and says so: the units train on Ray actors elsewhere."""
     path = run_dir / "run.json"
     meta = json.loads(path.read_text()) if start > 0 and path.is_file() else {"sessions": []}
     data = {}
@@ -431,7 +437,8 @@ def _write_run_metadata(
                 "torch": torch.__version__,
                 "transformers": transformers.__version__,
             },
-            "machine": describe_machine(),
+            "machine": describe_machine()
+            + (" (the driver; units on Ray actors)" if on_ray else ""),
             "data": data,
             "precision": precision,
         }

@@ -309,6 +309,7 @@ def test_cli_no_controls_leaves_the_control_runs_out(tmp_path):
     assert sorted({r["seed"] for r in rows}) == [0, 1, 3]
     with pytest.raises(ValueError, match="names seeds more than once"):
         cli([*argv[:-1], "0-2,1", *SMALL, "--out", str(tmp_path / "d")])
+    argv[-1] = "0"
     cli([*argv, *SMALL, "--out", str(tmp_path / "b")])
     rows = json.loads((tmp_path / "b" / "results.json").read_text())["rows"]
     assert {"oracle", "random", "none@reseed"} <= {r["method"] for r in rows}

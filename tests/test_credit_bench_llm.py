@@ -113,3 +113,4 @@ def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
                if "rollout/samples" in h][-1]  # fmt: skip
     # 2 tasks x 2 episodes x 4 turns (2 agents, 2 rounds), each with 1 resampled sibling
     assert sibling["rollout/sibling_samples"] == 16 and sibling["rollout/samples"] == 32
+    assert math.isfinite(sibling["losses/policy/policy_loss"])  # and it trained on them

@@ -6,12 +6,8 @@ import torch
 
 from marti_trainer.config import OptimConfig, TrainConfig
 from marti_trainer.engines.torch_engine import TorchEngine
-from marti_trainer.precision import (
-    choose_precision,
-    cpu_bf16_flags,
-    resolve_config,
-    resolve_precision,
-)
+from marti_trainer.machine import cpu_bf16_flags
+from marti_trainer.precision import choose_precision, resolve_config, resolve_precision
 
 CPUINFO = """processor : 0
 flags : fpu vme avx512f avx512_bf16 avx512_vnni

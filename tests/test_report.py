@@ -389,25 +389,35 @@ def test_machines_are_listed_and_step0_evaluations_compared_across_seeds(tmp_pat
     from marti_trainer.report import read_run, step0_disagreements, write_digests
 
     root = tmp_path / "sweep"
-    runs = [fake_run(root, f"seed={s}", s, "none", 0.5, start=0.2) for s in range(3)]
+    runs = [fake_run(root, f"seed={s}", s, "none", 0.5, start=0.2) for s in range(4)]
     # seed 2's step-0 evaluation got problems 3 and 4 right instead of 0 and 1
     path = runs[2] / "eval" / "step_000000.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for i, r in enumerate(records):
         r["outcome"] = float(i in (3, 4))
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    for run, machines in zip(runs, (["cpu X"], ["cpu X", "cpu Y"], []), strict=True):
-        sessions = [{"from_step": 0, "machine": m} for m in machines] or [{"from_step": 0}]
+    (runs[3] / "eval" / "step_000000.jsonl").unlink()  # seed 3: no step-0 transcript
+    starts = (["cpu X"], ["cpu Y", "cpu X"], [], [None, "cpu Y"])  # seed 3: resumed on Y
+    for run, machines in zip(runs, starts, strict=True):
+        sessions = [{"from_step": 0}] + [{"from_step": 1}] * (len(machines) - 1)
+        for session, machine in zip(sessions, machines, strict=False):
+            if machine:
+                session["machine"] = machine
         (run / "run.json").write_text(json.dumps({"sessions": sessions}))
     read = [read_run(r) for r in runs]
-    assert [r.machines for r in read] == [["cpu X"], ["cpu X", "cpu Y"], []]
+    assert [r.machines for r in read] == [["cpu X"], ["cpu Y", "cpu X"], [], [None, "cpu Y"]]
     assert step0_disagreements(read) == {1: 0, 2: 4}  # 0, 1 lost; 3, 4 gained
-    assert step0_disagreements(read[:1]) is None
+    assert step0_disagreements(read[:1]) == {}
+    with pytest.raises(ValueError, match="repeated seeds"):
+        step0_disagreements([read[0], read[0]])
     page = build_report(ReportOptions((str(root),))).markdown
-    assert _row(page, "| all runs | 1 |")[-1] == "A+B"
-    assert _row(page, "| all runs | 2 |")[-1] == "n/r"
-    assert "Machines: A: cpu X; B: cpu Y; n/r: not recorded" in page
-    assert _row(page, "| all runs | greedy | 3 |")[-1] == "seed 1 (A+B): 0, seed 2 (n/r): 4"
+    machine = {s: _row(page, f"| all runs | {s} |")[-1] for s in range(4)}
+    assert machine == {0: "A", 1: "B+A", 2: "n/r", 3: "n/r+B"}
+    assert "Machines:\n\n- A: cpu X\n- B: cpu Y\n- n/r: not recorded" in page
+    # the step-0 machine is the fresh start's: seed 1 was evaluated at step 0 on B
+    assert _row(page, "| all runs | greedy | 3 |")[3:] == [
+        "seed 0 (A)", "seed 1 (B): 0, seed 2 (n/r): 4, seed 3: no step-0 evaluation",
+    ]  # fmt: skip
     # a digest carries the machines; a malformed list is named
     monkeypatch.chdir(tmp_path)
     (digest, *_) = write_digests(["sweep"], "digests")
@@ -415,18 +425,29 @@ def test_machines_are_listed_and_step0_evaluations_compared_across_seeds(tmp_pat
     digest.write_text(digest.read_text().replace('"machines":["cpu X"]', '"machines":"cpu X"'))
     with pytest.raises(ValueError, match=r"not a run digest.*'machines' is not a list"):
         read_run(digest)
-    (runs[0] / "run.json").write_text('{"sessions": 3}')
-    with pytest.raises(ValueError, match=r"seed=0/run\.json: not a run\.json"):
-        read_run(runs[0])
+    for bad in ('{"sessions": 3}', '{"sessions": ["x"]}'):
+        (runs[0] / "run.json").write_text(bad)
+        with pytest.raises(ValueError, match=r"seed=0/run\.json: not a run\.json"):
+            read_run(runs[0])
 
 
-def test_describe_machine_reads_the_cpu_and_gpus():
+def test_describe_machine_reads_the_cpu_and_gpus(monkeypatch):
+    import platform
+
     from marti_trainer.machine import describe_machine
 
     cpuinfo = "processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: fpu avx512_bf16 sse\n"
-    text = describe_machine(cpuinfo, gpus=["H200", "H200"])
-    assert text.startswith("Some CPU 9000, ") and text.endswith(", avx512_bf16; 2 x H200")
-    assert "bf16" not in describe_machine("model name\t: Old CPU\nflags\t: fpu sse\n", gpus=[])
+    text = describe_machine(cpuinfo, gpus=["H200", "H200"], cpus=2)
+    assert text == "Some CPU 9000, 2 cores, avx512_bf16 + 2 x H200"
+    old = "model name\t: Old CPU\nflags\t: fpu sse\n"
+    assert describe_machine(old, [], 4) == "Old CPU, 4 cores"
+    # ARM Linux has no model name: the architecture and the implementer/part codes
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
+    assert describe_machine(arm, [], 8) == "aarch64 CPU (implementer 0x41, part 0xd0c), 8 cores"
+    # nothing readable: the processor string, else the architecture
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert describe_machine("", [], 1) == "aarch64 CPU, 1 core"
 
 
 def test_update_rewrites_a_page_with_its_own_arguments(sweep, tmp_path, monkeypatch, capsys):
@@ -447,7 +468,16 @@ def test_update_rewrites_a_page_with_its_own_arguments(sweep, tmp_path, monkeypa
         (["sweep", "--update", "page.md"], "--update PAGE takes no run folders"),
         (["--update", "page.md", "--check", "page.md"], "not both"),
         (["--update", "other.md"], "other.md: not a page written by `marti report`"),
+        (["--update", "none.md"], "none.md: no such page"),
+        (
+            ["--update", "page.md", "--note", "x"],
+            "use the options recorded in the page; drop --note",
+        ),
+        (["--check", "page.md", "--versus", "a=b", "--seed", "1"], "drop --versus, --seed"),
     ):
         capsys.readouterr()
         assert main(["report", *bad]) == 2
         assert message in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path / "sweep")  # the recorded paths are relative to tmp_path
+    assert main(["report", "--update", "../page.md"]) == 2
+    assert "reports ['sweep'], not found here" in capsys.readouterr().err

@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 # An import inside a function keeps a heavy dependency (torch, transformers, vllm, ray)
 # lazy: building the parser imports none, so `marti envs` answers instantly.
 
 __all__ = ["add_report_parser", "run_report"]
+
+PAGE_OPTIONS = {
+    "out": "docs/results.md", "baseline": None, "versus": None, "min_effect": 0.0,
+    "confidence": 0.95, "seed": 0, "title": "Results", "summary_into": None, "note": None,
+}  # fmt: skip
+"""What a page is written with (the defaults): recorded in the page, so ``--check`` and
+``--update`` take none of them."""
 
 
 def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -35,31 +43,31 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("paths", nargs="*", metavar="RUN_OR_SWEEP_DIR", help="runs to report")
-    parser.add_argument("--out", default="docs/results.md", help="page to write (docs/results.md)")
+    parser.add_argument("--out", help="page to write (docs/results.md)")
     parser.add_argument(
-        "--baseline", default=None, metavar="KEY=VALUE",
+        "--baseline", metavar="KEY=VALUE",
         help="compare each config with the one that has KEY=VALUE and is otherwise equal",
     )  # fmt: skip
     parser.add_argument(
-        "--versus", action="append", default=[], metavar="KEY=VALUE",
+        "--versus", action="append", metavar="KEY=VALUE",
         help="compare every other config with the one config that has KEY=VALUE, whatever "
         "else differs (e.g. exp_name=135m_single_none); repeatable",
     )  # fmt: skip
     parser.add_argument(
-        "--min-effect", type=float, default=0.0,
+        "--min-effect", type=float,
         help="differences below this (accuracy, e.g. 0.02 = 2 points) are called negligible",
     )  # fmt: skip
-    parser.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
-    parser.add_argument("--title", default="Results", help="the page's heading")
+    parser.add_argument("--confidence", type=float, help="CI level (0.95)")
+    parser.add_argument("--seed", type=int, help="bootstrap seed (0)")
+    parser.add_argument("--title", help="the page's heading (Results)")
     parser.add_argument(
-        "--summary-into", default=None, metavar="FILE",
+        "--summary-into", metavar="FILE",
         help="also put the per-config and paired tables into FILE (e.g. README.md), between "
         "its lines <!-- marti report summary: begin PAGE --> and <!-- marti report summary: end "
         "PAGE --> (PAGE: the --out file name)",
     )  # fmt: skip
     parser.add_argument(
-        "--note", default=None,
+        "--note",
         help="a paragraph under the heading: what the figures do not show",
     )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
@@ -77,7 +85,7 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="rewrite PAGE (its plots and README summary too) with the arguments recorded in "
         "it, from the files under its folders now: e.g. after new runs or digests",
     )  # fmt: skip
-    parser.set_defaults(func=run_report)
+    parser.set_defaults(func=run_report, **PAGE_OPTIONS)
     return parser
 
 
@@ -93,6 +101,14 @@ def run_report(args: argparse.Namespace) -> int:
 
     if args.check and args.update:
         raise ValueError("give --check PAGE or --update PAGE, not both")
+    if args.check or args.update:
+        given = [name for name, default in PAGE_OPTIONS.items() if getattr(args, name) != default]
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(
+                f"--check and --update use the options recorded in the page; drop {flags} "
+                "(or write the page anew without --check/--update)"
+            )
     if args.save_digests:
         if not args.paths or args.check or args.update:
             raise ValueError(
@@ -104,7 +120,14 @@ def run_report(args: argparse.Namespace) -> int:
     if args.update:
         if args.paths:
             raise ValueError("--update PAGE takes no run folders: they are recorded in the page")
-        paths = write_report(page_options(args.update), args.update, plots=not args.no_plots)
+        opts = page_options(args.update)
+        missing = [p for p in opts.paths if not Path(p).exists()]
+        if missing:
+            raise FileNotFoundError(
+                f"{args.update} reports {missing}, not found here: its paths are relative to "
+                "the folder it was written from"
+            )
+        paths = write_report(opts, args.update, plots=not args.no_plots)
         print("wrote " + ", ".join(str(p) for p in paths))
         return 0
     if args.check:
@@ -120,7 +143,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise ValueError("give at least one run or sweep folder (or --check PAGE)")
     opts = ReportOptions(
         tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed,
-        args.title, args.summary_into, args.note, tuple(args.versus),
+        args.title, args.summary_into, args.note, tuple(args.versus or ()),
     )  # fmt: skip
     paths = write_report(opts, args.out, plots=not args.no_plots)
     print("wrote " + ", ".join(str(p) for p in paths))

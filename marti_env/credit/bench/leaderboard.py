@@ -186,7 +186,7 @@ def leaderboard_markdown(
     merged by :func:`merge_results`, read from ``sources``, named on the page) to be written
     to ``out`` (named in the page's command unless it is :data:`DEFAULT_PAGE`)."""
     command = "python benchmarks/bench_credit.py --leaderboard " + " ".join(sources)
-    if out != DEFAULT_PAGE:
+    if Path(out) != Path(DEFAULT_PAGE):
         command += f" --leaderboard-out {out}"
     lines = [
         "# Credit-assignment leaderboard: simulated tier",
