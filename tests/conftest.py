@@ -8,8 +8,20 @@ that ship inside the package (GSM8K test, MATH-500) are always present.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
+
+# Intel MKL's conditional numerical reproducibility (CNR): without it, MKL's GEMM on Intel CPUs
+# may round differently from one process to the next; with AUTO,STRICT it keeps the best code
+# path and returns bitwise-equal results (Intel oneMKL developer guide, "Obtaining Numerically
+# Reproducible Results"). The Ray tests compare actors with the pytest process bit for bit:
+# Adam's first step is about lr * sign(g) for a near-zero gradient element g, and seeded
+# sampling from a random model's near-uniform distribution flips a token on a last-bit change,
+# so a one-ulp gradient difference became a 1% entropy difference on an Intel Xeon. AMD CPUs
+# take MKL's generic path, which this leaves unchanged. Set before any MKL call, and inherited
+# by the local Ray cluster the tests start.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 import pytest
 
