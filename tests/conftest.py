@@ -12,16 +12,17 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-# Intel MKL's conditional numerical reproducibility (CNR): without it, MKL's GEMM on Intel CPUs
-# may round differently from one process to the next; with AUTO,STRICT it keeps the best code
-# path and returns bitwise-equal results (Intel oneMKL developer guide, "Obtaining Numerically
-# Reproducible Results"). The Ray tests compare actors with the pytest process bit for bit:
-# Adam's first step is about lr * sign(g) for a near-zero gradient element g, and seeded
-# sampling from a random model's near-uniform distribution flips a token on a last-bit change,
-# so a one-ulp gradient difference became a 1% entropy difference on an Intel Xeon. AMD CPUs
-# take MKL's generic path, which this leaves unchanged. Set before any MKL call, and inherited
-# by the local Ray cluster the tests start.
-os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+# MKL's conditional numerical reproducibility (CNR), pinned to its AVX2 code path in strict
+# mode: on Intel CPUs MKL otherwise picks AVX-512 kernels at run time (GEMM, and the VML
+# functions behind torch.exp/log/sqrt, whose first-call dispatch can race: pytorch issue
+# #188792), and two processes could differ in the last bit; AMD CPUs take that AVX2 path
+# anyway (oneMKL developer guide, "Obtaining Numerically Reproducible Results"). The Ray tests
+# compare actors with the pytest process bit for bit, and a last-bit difference does not stay
+# small there: Adam's first step is about lr * sign(g) for a near-zero gradient element g, and
+# seeded sampling from a random model's near-uniform distribution flips a token, so it became
+# a 1% entropy difference on an Intel Xeon. Set before any MKL call; the local Ray cluster
+# the tests start inherits it.
+os.environ.setdefault("MKL_CBWR", "AVX2,STRICT")
 
 import pytest
 

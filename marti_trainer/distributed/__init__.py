@@ -24,10 +24,10 @@ actor loads the model itself. Checkpoints are written on the driver's node only.
 
 A Ray run computes what a local run computes, in the same order: with one intra-op thread
 per process on both sides, the tests find the same losses, gradients and sampled tokens (fp32,
-tiny model). On Intel CPUs that equality needs MKL's reproducible mode in every process,
-``MKL_CBWR=AUTO,STRICT`` (set it before starting Ray; actors of a local cluster inherit it):
-without it MKL may round a GEMM differently from one process to another, and sampling
-amplifies a last-bit difference into a different token.
+tiny model). On Intel CPUs that equality needs MKL's reproducible mode pinned to one code path
+in every process, ``MKL_CBWR=AVX2,STRICT`` (set it before starting Ray; the actors of a local
+cluster inherit it): without it MKL may round a GEMM or an ``exp`` differently from one
+process to another, and sampling amplifies a last-bit difference into a different token.
 
 Importing this package imports neither ray nor torch; the names below load on first use.
 """
