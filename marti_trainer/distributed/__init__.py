@@ -24,10 +24,11 @@ actor loads the model itself. Checkpoints are written on the driver's node only.
 
 A Ray run computes what a local run computes, in the same order: with one intra-op thread
 per process on both sides, the tests find the same losses, gradients and sampled tokens (fp32,
-tiny model). On Intel CPUs that equality needs MKL's reproducible mode pinned to one code path
-in every process, ``MKL_CBWR=AVX2,STRICT`` (set it before starting Ray; the actors of a local
-cluster inherit it): without it MKL may round a GEMM or an ``exp`` differently from one
-process to another, and sampling amplifies a last-bit difference into a different token.
+tiny model). On an Intel Xeon they once differed in the last bit between processes, which
+sampling amplified into a different token; the tests therefore pin MKL's reproducible mode to
+one code path, ``MKL_CBWR=AVX2,STRICT``, in every process (set it before starting Ray; the
+actors of a local cluster inherit it). MKL's run-time choice of Intel kernels is the likely
+cause, not one confirmed on an Intel machine.
 
 Importing this package imports neither ray nor torch; the names below load on first use.
 """
