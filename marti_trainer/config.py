@@ -10,6 +10,10 @@ YAML mirrors the dataclasses: top-level fields, then one mapping per section (``
 error that names its YAML path and the closest known key; a wrong type is an error naming
 the key, the expected type and the value. Incompatible combinations are rejected in
 ``__post_init__``. ``python -m marti_trainer.config`` prints every field with its help.
+
+A setting added later defaults to what runs did before it existed, so a config saved
+before it reads as holding the default (``marti sweep``'s changed-config check and
+``marti report``'s grouping rely on this).
 """
 
 from __future__ import annotations
@@ -353,7 +357,8 @@ class EvalConfig(Section):
         0,
         "Episodes per held-out problem. 0 = one greedy episode (eval/accuracy is greedy "
         "accuracy). k >= 1 = avg@k: k episodes sampled at eval.temperature, each with its own "
-        "random stream seeded from the run's seed, the problem and the episode index; "
+        "random stream seeded from eval.seed (else the run's seed), the problem and the "
+        "episode index; "
         "eval/accuracy is then the mean accuracy over the k (avg@k), eval/pass_at_k the "
         "fraction of problems with a right answer among the k, eval/maj_at_k the accuracy "
         "of their majority answer (marti_trainer.evaluate).",
@@ -363,6 +368,15 @@ class EvalConfig(Section):
         0.7, "Sampling temperature of the held-out episodes when eval.samples >= 1.",
         Range(0, 100, lo_open=True),
     )  # fmt: skip
+    seed: int | None = setting(
+        None,
+        "Root seed of the held-out episodes (the env's own randomness: shuffled answers, "
+        "agent order, scripted fallbacks; and avg@k sampling). null = the run's seed. A fixed "
+        "value (benchmarks use 0) evaluates every run on the same episodes, so runs that "
+        "differ in seed or method differ at evaluation only by their weights (common random "
+        "numbers), and their step-0 evaluations are one (log.eval_cache).",
+        Range(0, 2**63 - 1),
+    )
     chunk_tasks: int = setting(
         16,
         "Held-out problems are evaluated in fixed consecutive chunks of this many (problem i "
@@ -391,6 +405,16 @@ class LogConfig(Section):
     transcripts: bool = setting(True, "Write training episode records to transcripts.jsonl.")
     eval_transcripts: bool = setting(
         True, "Write each held-out evaluation's episode records to eval/step_<N>.jsonl."
+    )
+    eval_cache: str = setting(
+        "",
+        "Folder of step-0 held-out evaluations shared between runs ('' = off). A run whose "
+        "initial weights, held-out set, config (less the keys that act only after step 0), "
+        "code, library versions and machine match a stored entry copies its metrics and "
+        "episode records instead of evaluating (eval/cached = 1); otherwise it evaluates and "
+        "stores them (marti_trainer.eval_cache). Runs that differ only in seed (with eval.seed "
+        "set), credit method or optimizer settings share an entry. marti sweep and marti bench "
+        "credit --tier llm default it to <out>/eval_cache.",
     )
     ref_kl_samples: int = setting(
         16,

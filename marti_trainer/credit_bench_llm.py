@@ -13,7 +13,9 @@ tasks. Per cell it reports:
 * ``acc_start`` / ``acc_final``: held-out greedy team accuracy before and after training
   (the base config's ``env.eval_tasks``). ``acc_start`` is measured once per (env, seed),
   by the first method's run, and shared: greedy decoding of the same model is the same
-  for every method.
+  for every method. With ``eval.seed`` set in the base config it is the same for every
+  seed too, and computed once: cells share step-0 evaluations through
+  ``log.eval_cache`` (default ``out_dir/eval_cache``; :mod:`marti_trainer.eval_cache`).
 * ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.
@@ -72,7 +74,13 @@ def cell_config(
         run_name=f"{_slug(env.label)}__{_slug(method)}__{seed}",
         env=replace(base.env, id=env.env_id, kwargs=kwargs, credit=name, credit_kwargs=options),
         eval=replace(base.eval, at_start=at_start, at_end=True),
-        log=replace(base.log, output_dir=str(runs_dir), plots=False, progress=False),
+        log=replace(
+            base.log,
+            output_dir=str(runs_dir),
+            plots=False,
+            progress=False,
+            eval_cache=base.log.eval_cache or str(runs_dir.parent / "eval_cache"),
+        ),
     )
 
 

@@ -19,6 +19,10 @@ exactly once, however often the sweep is started, stopped and started again.
 * **Changed config refused.** Before any cell runs, each existing cell's saved config is
   compared with the one the sweep would run now; a difference (other than where the run
   lives and what it logs: ``run_name``, ``log.*``) is an error naming the cell and the keys.
+* **Shared step-0 evaluation.** Cells whose step-0 held-out evaluation would be the same
+  (same initial weights, held-out set and evaluation settings: e.g. seeds, with
+  ``eval.seed`` set, or learning rates) evaluate once: ``log.eval_cache`` defaults to
+  ``OUT/eval_cache`` (:mod:`marti_trainer.eval_cache`).
 * **Backends.** ``local``: one cell after another, each in a fresh ``marti train`` process.
   ``ray``: each cell a Ray task running that same process (on a cluster, ``OUT`` must be on
   a file system every node sees). ``inline``: in this process (for callers holding a config
@@ -40,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Any, Literal
@@ -218,6 +222,9 @@ def plan_sweep(
             name = cell_name(combo, seed)
             where = [f"seed={seed}", f"run_name={name}", f"log.output_dir={Path(out)}"]
             cfg = load_config(config, [*fixed, *combo, *where], check_env=False)
+            if not cfg.log.eval_cache:  # cells that differ after step 0 share one evaluation
+                cache = str(Path(out) / "eval_cache")
+                cfg = replace(cfg, log=replace(cfg.log, eval_cache=cache))
             cells.append(Cell(name, int(seed), tuple(combo), cfg))
     names = [c.name for c in cells]
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -259,8 +266,17 @@ def config_changes(
     old: TrainConfig | dict[str, Any], new: TrainConfig | dict[str, Any]
 ) -> list[str]:
     """``["optim.lr: 1e-05 -> 2e-05", ...]``: the keys whose values differ, sorted (``run_name``
-    and ``log.*`` ignored: a cell may be moved, or resumed with another checkpoint interval)."""
+    and ``log.*`` ignored: a cell may be moved, or resumed with another checkpoint interval).
+
+    A key absent from one side (a config saved before the key existed) counts as holding its
+    default: a new setting defaults to what runs did before it (``TrainConfig``'s rule), so
+    adding one does not make every saved cell "changed"."""
     a, b = _comparable(old), _comparable(new)
+    defaults = _comparable(TrainConfig())
+    for side, other in ((a, b), (b, a)):
+        for key in set(other) - set(side):
+            if key in defaults:
+                side[key] = defaults[key]
     missing = object()
     return [
         f"{k}: {_show(a.get(k, missing), missing)} -> {_show(b.get(k, missing), missing)}"

@@ -23,6 +23,7 @@ import shutil
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import marti_env
 from marti_env.credit import is_replay_method
 from marti_env.rewards import verifiers_of
 from marti_env.tasks import TaskSource
+from marti_trainer import eval_cache
 from marti_trainer.checkpoint import (
     find_checkpoint,
     load_checkpoint,
@@ -124,6 +126,11 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     return out
 
 
+def heldout_seed(cfg: TrainConfig) -> int:
+    """The root seed of a run's held-out episodes: ``eval.seed``, else the run's ``seed``."""
+    return cfg.seed if cfg.eval.seed is None else cfg.eval.seed
+
+
 def evaluate_heldout(
     team: Team,
     cfg: TrainConfig,
@@ -136,7 +143,7 @@ def evaluate_heldout(
     e = cfg.eval
     batch = heldout_rollout(
         cfg.env.id, tasks, team.rollout_policies(greedy_dedup=e.samples == 0),
-        e.max_tokens or cfg.rollout.max_tokens, cfg.seed, env_kwargs, transcript_path,
+        e.max_tokens or cfg.rollout.max_tokens, heldout_seed(cfg), env_kwargs, transcript_path,
         samples=e.samples, temperature=e.temperature, chunk_tasks=e.chunk_tasks,
     )  # fmt: skip
     result = summarize_eval(batch, cfg.model.name)  # the definitions `marti eval` reports
@@ -156,6 +163,35 @@ def evaluate_heldout(
     for r in sorted({t.round for t in turns}):
         out[f"eval/round{r}_accuracy"] = float(np.mean([t.score for t in turns if t.round == r]))
     return out
+
+
+def _cached_start_eval(
+    cfg: TrainConfig,
+    team: Team,
+    tasks: list,
+    run_dir: Path,
+    evaluate: Callable[[], dict[str, float]],
+) -> dict[str, float]:
+    """The step-0 evaluation through ``log.eval_cache`` (:mod:`marti_trainer.eval_cache`):
+    copied from a matching entry, or ``evaluate()``-d and stored; ``eval/cached`` says which."""
+    records = run_dir / "eval" / "step_000000.jsonl" if cfg.log.eval_transcripts else None
+    cache_dir = Path(cfg.log.eval_cache)
+    try:
+        key, parts = eval_cache.cache_key(
+            cfg.to_dict(), tasks, team.model_dir,
+            {u.name: u.engine.weights() for u in team.units},
+        )  # fmt: skip
+    except eval_cache.NotFingerprintable as err:
+        print(f"log.eval_cache: not used ({err}); evaluating step 0", flush=True)
+        return evaluate()
+    hit = eval_cache.load_entry(cache_dir, key, records)
+    if hit is not None:
+        print(f"step-0 evaluation copied from {cache_dir / key}", flush=True)
+        return {**hit, "eval/cached": 1.0}
+    metrics = evaluate()
+    entry = eval_cache.store_entry(cache_dir, key, parts, metrics, records)
+    print(f"step-0 evaluation stored in {entry}", flush=True)
+    return {**metrics, "eval/cached": 0.0}
 
 
 def _run_dir(cfg: TrainConfig) -> Path:
@@ -347,12 +383,17 @@ def train(
             path.unlink(missing_ok=True)  # a redone step rewrites its file
         return evaluate_heldout(team, cfg, eval_tasks, dict(cfg.env.kwargs), path)
 
+    def held_out_start() -> dict[str, float]:
+        if not cfg.log.eval_cache:
+            return held_out(0)
+        return _cached_start_eval(cfg, team, eval_tasks, run_dir, lambda: held_out(0))
+
     checkpoint = None
     saves: list[float] = []  # seconds of each save (it follows its step's log line)
     with StopRequest() as stop:
         if start == 0 and cfg.eval.at_start:
             t_eval = time.perf_counter()
-            metrics = held_out(0)
+            metrics = held_out_start()
             logger.log(0, {**metrics, "time/eval_s": time.perf_counter() - t_eval})
         for step in range(start + 1, cfg.total_steps + 1):
             before = _verifier_counts(verifiers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -79,6 +80,10 @@ def test_base_kwargs_apply_to_their_own_env_only(tiny_dir, tmp_path):  # noqa: F
     cfg = cell_config(base, "chain-v0", "score", 1, tmp_path, at_start=False)
     assert (cfg.env.id, cfg.env.kwargs, cfg.env.credit, cfg.seed) == ("chain-v0", {}, "score", 1)
     assert cfg.eval.at_end and not cfg.eval.at_start
+    assert cfg.log.eval_cache == str(tmp_path.parent / "eval_cache")  # beside the runs folder
+    mine = cell_config(replace(base, log=replace(base.log, eval_cache="/c")), "chain-v0",
+                       "score", 1, tmp_path, at_start=False)  # fmt: skip
+    assert mine.log.eval_cache == "/c"
     mad = cell_config(base, "mad-v0:num_agents=3", "none", 0, tmp_path, at_start=True)
     assert (mad.env.kwargs["num_agents"], mad.env.kwargs["rounds"]) == (3, 2)
     assert mad.run_name == "mad-v0_num_agents=3__none__0"

