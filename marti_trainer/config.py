@@ -11,9 +11,8 @@ error that names its YAML path and the closest known key; a wrong type is an err
 the key, the expected type and the value. Incompatible combinations are rejected in
 ``__post_init__``. ``python -m marti_trainer.config`` prints every field with its help.
 
-A setting added later defaults to what runs did before it existed, so a config saved
-before it reads as holding the default (``marti sweep``'s changed-config check and
-``marti report``'s grouping rely on this).
+A config saved before a setting existed lacks its key; :data:`ADDED_SETTINGS` says which
+value reproduces what such runs did, so ``marti sweep`` does not call them changed.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from marti_trainer.config_distributed import DistributedConfig
 from marti_trainer.config_schema import ConfigError, Range, Section, setting
 
 __all__ = [
+    "ADDED_SETTINGS",
     "DEVICE_PATTERN",
     "AlgorithmConfig",
     "BuiltEnv",
@@ -50,6 +50,13 @@ __all__ = [
     "load_config",
 ]
 
+
+ADDED_SETTINGS: dict[str, Any] = {"eval.seed": None, "log.eval_cache": ""}
+"""Settings added after runs had been saved, each with the value that reproduces what runs
+saved without it did (``eval.seed: null``: the held-out episodes took the run's seed). A saved
+config that lacks one of these keys reads as holding that value; any other missing key is a
+difference. A new setting whose default changes what runs do is added here with its old
+value."""
 
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 """Accepted values of ``model.device`` (and ``marti eval --device``)."""
@@ -406,15 +413,17 @@ class LogConfig(Section):
     eval_transcripts: bool = setting(
         True, "Write each held-out evaluation's episode records to eval/step_<N>.jsonl."
     )
-    eval_cache: str = setting(
+    eval_cache: str | bool = setting(
         "",
-        "Folder of step-0 held-out evaluations shared between runs ('' = off). A run whose "
+        "Folder of step-0 held-out evaluations shared between runs: a path; off (YAML's false); "
+        "or '' (the "
+        "default: off for marti train, <out>/eval_cache under marti sweep and marti bench "
+        "credit --tier llm). A run whose "
         "initial weights, held-out set, config (less the keys that act only after step 0), "
         "code, library versions and machine match a stored entry copies its metrics and "
         "episode records instead of evaluating (eval/cached = 1); otherwise it evaluates and "
         "stores them (marti_trainer.eval_cache). Runs that differ only in seed (with eval.seed "
-        "set), credit method or optimizer settings share an entry. marti sweep and marti bench "
-        "credit --tier llm default it to <out>/eval_cache.",
+        "set), credit method or optimizer settings share an entry.",
     )
     ref_kl_samples: int = setting(
         16,
@@ -426,6 +435,12 @@ class LogConfig(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(bool(self.output_dir.strip()), "'log.output_dir' must not be empty")
+        _require(
+            self.eval_cache is not True,
+            "'log.eval_cache' must be a folder, off or '' (the default), got true",
+        )
+        if self.eval_cache is False:  # YAML reads a bare off as false
+            self.eval_cache = "off"
 
 
 @dataclass
@@ -510,6 +525,11 @@ class TrainConfig(Section):
             "model.gradient_checkpointing turns the key/value cache off, which "
             "optim.share_prompts needs: set optim.share_prompts=false",
         )
+
+    @property
+    def heldout_seed(self) -> int:
+        """The root seed of the held-out episodes: ``eval.seed``, else the run's ``seed``."""
+        return self.seed if self.eval.seed is None else self.eval.seed
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain values (objects passed in from Python, e.g. a reward function, become

@@ -15,7 +15,8 @@ tasks. Per cell it reports:
   by the first method's run, and shared: greedy decoding of the same model is the same
   for every method. With ``eval.seed`` set in the base config it is the same for every
   seed too, and computed once: cells share step-0 evaluations through
-  ``log.eval_cache`` (default ``out_dir/eval_cache``; :mod:`marti_trainer.eval_cache`).
+  ``log.eval_cache`` (default ``out_dir/eval_cache``, ``off`` turns it off;
+  :mod:`marti_trainer.eval_cache`).
 * ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.

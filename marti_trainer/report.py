@@ -169,6 +169,8 @@ class RunRecord:
             or None without one.
         answers: Task id -> reference answer at the final evaluation (the problem set).
         start_problems: Task id -> mean outcome at the step-0 evaluation, or None.
+        start_cached: Whether the step-0 evaluation was copied from ``log.eval_cache``
+            (another run's, not an evaluation of its own).
         generations_per_step: Model calls sampled per training step, when known (with a
             re-execution credit method's replays).
         tokens: Step -> response tokens the training rollouts generated up to and including
@@ -188,6 +190,7 @@ class RunRecord:
     problems: dict[str, float] | None = None
     answers: dict[str, str] | None = None
     start_problems: dict[str, float] | None = None
+    start_cached: bool = False
     generations_per_step: float | None = None
     tokens: dict[int, float] = field(default_factory=dict)
     machines: list[str | None] = field(default_factory=list)
@@ -204,31 +207,12 @@ class RunRecord:
 
     @property
     def group_key(self) -> str:
-        return json.dumps(_defining(self.config), sort_keys=True, default=repr)
+        keep = {k: v for k, v in self.config.items() if not _ignored(k)}
+        return json.dumps(keep, sort_keys=True, default=repr)
 
 
 def _ignored(key: str) -> bool:
     return key in NOT_CONFIG or key.startswith("log.")
-
-
-_DEFAULTS: dict[str, Any] = {}
-
-
-def _defining(config: dict[str, Any]) -> dict[str, Any]:
-    """The keys of a flattened config that define it, with a setting the config lacks (saved
-    before the setting existed) filled in with its default: a new setting defaults to what
-    runs did before it, so old and new runs of one config group together."""
-    if not _DEFAULTS:
-        from marti_trainer.config import TrainConfig
-
-        _DEFAULTS.update(_flat(TrainConfig().to_dict()))
-    out = {k: v for k, v in config.items() if not _ignored(k)}
-    for key, value in _DEFAULTS.items():
-        if _ignored(key) or key in out or isinstance(value, dict):
-            continue
-        if not any(k.startswith(key + ".") for k in out):
-            out[key] = value
-    return out
 
 
 def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
@@ -261,6 +245,7 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
     run.curve = [
         (int(h["step"]), float(h["rollout/outcome"])) for h in history if "rollout/outcome" in h
     ]
+    run.start_cached = any(h["step"] == 0 and h.get("eval/cached") == 1 for h in history)
     if run.evals and run.evals[-1][0] > 0:
         final = run_dir / "eval" / f"step_{run.evals[-1][0]:06d}.jsonl"
         if final.is_file():
@@ -302,6 +287,7 @@ def _digest(run: RunRecord) -> dict[str, Any]:
         "problems": run.problems,
         "answers": run.answers,
         "start_problems": run.start_problems,
+        "start_cached": run.start_cached,
         "generations_per_step": run.generations_per_step,
         "tokens": {str(k): v for k, v in run.tokens.items()},
         "machines": run.machines,
@@ -319,6 +305,7 @@ def _read_digest(path: Path, sources: _Sources) -> RunRecord:
         run.problems = data["problems"]
         run.answers = data["answers"]
         run.start_problems = data.get("start_problems")
+        run.start_cached = bool(data.get("start_cached", False))  # older digests: none were
         run.generations_per_step = data["generations_per_step"]
         run.tokens = {int(k): float(v) for k, v in data["tokens"].items()}
         run.machines = data.get("machines", [])  # older digests: not recorded
@@ -475,7 +462,7 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
     groups: dict[str, list[RunRecord]] = {}
     for r in runs:
         groups.setdefault(r.group_key, []).append(r)
-    configs = [_defining(rs[0].config) for rs in groups.values()]
+    configs = [{k: v for k, v in rs[0].config.items() if not _ignored(k)} for rs in groups.values()]
     keys = sorted({k for c in configs for k in c})
     varying = [k for k in keys if len({json.dumps(c.get(k), default=repr) for c in configs}) > 1]
     out = []
@@ -763,6 +750,7 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             f"{per_seed} |"
         )
     lines.append("")
+    lines += _mixed_heldout_seeds(groups)
     if opts.baseline:
         lines += [
             f"## Paired differences against {opts.baseline}",
@@ -917,12 +905,14 @@ def _run_table(
 def step0_disagreements(runs: Sequence[RunRecord]) -> dict[int, int | None]:
     """Per run with a step-0 evaluation after the first such run: the number of problems
     whose step-0 outcome differs from the first run's (None: its step-0 problems are another
-    set, not comparable). Runs without a step-0 evaluation are left out.
+    set, not comparable). Runs without a step-0 evaluation of their own (none, or one copied
+    from ``log.eval_cache``) are left out.
 
     Every seed of a config starts from the same model on the same problems. With a greedy
     evaluation a count above 0 comes from the evaluation itself (machine, kernels, batching,
-    code version) or, where agents can disagree, from the run seed, which also sets the
-    order in which an episode shows responses and breaks vote ties.
+    code version) or, where agents can disagree, from the held-out episodes' seed (the run's
+    without ``eval.seed``), which sets the order in which an episode shows responses and
+    breaks vote ties.
 
     Raises:
         ValueError: two runs have the same seed.
@@ -930,7 +920,7 @@ def step0_disagreements(runs: Sequence[RunRecord]) -> dict[int, int | None]:
     seeds = [r.seed for r in runs]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"step0_disagreements: repeated seeds in {seeds}")
-    starts = [r for r in runs if r.start_problems]
+    starts = [r for r in runs if r.start_problems and not r.start_cached]
     if not starts:
         return {}
     first = starts[0].start_problems
@@ -952,13 +942,14 @@ def _start_table(groups: Sequence[Group], machines: dict[str, str]) -> list[str]
         # eval.samples: 0 (or absent, configs from before the option) is one greedy episode
         samples = g.config.get("eval.samples") or 0
         runs = g.by_seed()
-        first = next(r for r in g.runs if r.start_problems)
+        first = next(r for r in g.runs if r.start_problems and not r.start_cached)
         cells = [
             f"seed {s} ({_machine_of(runs[s], machines, start_only=True)}): "
             + ("another problem set" if n is None else str(n))
             for s, n in counts.items()
         ]
         cells += [f"seed {r.seed}: no step-0 evaluation" for r in g.runs if not r.start_problems]
+        cells += [f"seed {r.seed}: copied from the eval cache" for r in g.runs if r.start_cached]
         how = f"sampled, avg@{samples}: differences expected" if samples else "greedy"
         rows.append(
             f"| {g.label} | {how} | {len(counts) + 1} | seed {first.seed} "
@@ -973,13 +964,38 @@ def _start_table(groups: Sequence[Group], machines: dict[str, str]) -> list[str]
         "The seeds of a config start from the same model and are evaluated on the same "
         "problems. With a greedy evaluation, problems whose step-0 outcome differs come from "
         "the evaluation itself (machine, kernels, batching, code version) or, where agents "
-        "can disagree, from the seed's order of shown responses and vote tie-breaks. Machine: "
+        "can disagree, from the seed's order of shown responses and vote tie-breaks. A step-0 "
+        "evaluation copied from the eval cache (log.eval_cache) is another run's, not compared. "
+        "Machine: "
         "where step 0 was evaluated.",
         "",
         "| config | evaluation | runs | compared with | problems whose step-0 outcome differs |",
         "|---|---|---|---|---|",
         *rows,
     ]
+
+
+def _mixed_heldout_seeds(groups: Sequence[Group]) -> list[str]:
+    """A line per config whose runs took their held-out episodes' randomness from different
+    sources (``eval.seed``: null is the run's own seed), which the grouping ignores."""
+    out = []
+    for g in groups:
+        by_value: dict[str, list[int]] = {}
+        for r in g.runs:
+            value = r.config.get("eval.seed")
+            shown = "null (the run's seed)" if value is None else str(value)
+            by_value.setdefault(shown, []).append(r.seed)
+        if len(by_value) > 1:
+            shown = "; ".join(
+                f"{v} for seeds {', '.join(map(str, s))}" for v, s in by_value.items()
+            )
+            out += [
+                f"Held-out episodes of {g.label}: eval.seed {shown}. The episodes' own "
+                "randomness (shuffles, turn order, scripted fallbacks) is common to the runs "
+                "of one eval.seed only.",
+                "",
+            ]
+    return out
 
 
 def _change(run: RunRecord) -> str:

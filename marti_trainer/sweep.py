@@ -22,7 +22,7 @@ exactly once, however often the sweep is started, stopped and started again.
 * **Shared step-0 evaluation.** Cells whose step-0 held-out evaluation would be the same
   (same initial weights, held-out set and evaluation settings: e.g. seeds, with
   ``eval.seed`` set, or learning rates) evaluate once: ``log.eval_cache`` defaults to
-  ``OUT/eval_cache`` (:mod:`marti_trainer.eval_cache`).
+  ``OUT/eval_cache`` (``off`` turns it off; :mod:`marti_trainer.eval_cache`).
 * **Backends.** ``local``: one cell after another, each in a fresh ``marti train`` process.
   ``ray``: each cell a Ray task running that same process (on a cluster, ``OUT`` must be on
   a file system every node sees). ``inline``: in this process (for callers holding a config
@@ -51,7 +51,13 @@ from typing import Any, Literal
 
 import yaml
 
-from marti_trainer.config import ConfigError, TrainConfig, config_from_dict, load_config
+from marti_trainer.config import (
+    ADDED_SETTINGS,
+    ConfigError,
+    TrainConfig,
+    config_from_dict,
+    load_config,
+)
 
 __all__ = [
     "Cell",
@@ -268,15 +274,13 @@ def config_changes(
     """``["optim.lr: 1e-05 -> 2e-05", ...]``: the keys whose values differ, sorted (``run_name``
     and ``log.*`` ignored: a cell may be moved, or resumed with another checkpoint interval).
 
-    A key absent from one side (a config saved before the key existed) counts as holding its
-    default: a new setting defaults to what runs did before it (``TrainConfig``'s rule), so
-    adding one does not make every saved cell "changed"."""
+    A key of :data:`~marti_trainer.config.ADDED_SETTINGS` absent from one side (a config
+    saved before the setting existed) counts as holding the value that reproduces what such
+    runs did; any other absent key is a difference."""
     a, b = _comparable(old), _comparable(new)
-    defaults = _comparable(TrainConfig())
-    for side, other in ((a, b), (b, a)):
-        for key in set(other) - set(side):
-            if key in defaults:
-                side[key] = defaults[key]
+    for side in (a, b):
+        for key, value in ADDED_SETTINGS.items():
+            side.setdefault(key, value)
     missing = object()
     return [
         f"{k}: {_show(a.get(k, missing), missing)} -> {_show(b.get(k, missing), missing)}"

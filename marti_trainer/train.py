@@ -126,11 +126,6 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     return out
 
 
-def heldout_seed(cfg: TrainConfig) -> int:
-    """The root seed of a run's held-out episodes: ``eval.seed``, else the run's ``seed``."""
-    return cfg.seed if cfg.eval.seed is None else cfg.eval.seed
-
-
 def evaluate_heldout(
     team: Team,
     cfg: TrainConfig,
@@ -143,7 +138,7 @@ def evaluate_heldout(
     e = cfg.eval
     batch = heldout_rollout(
         cfg.env.id, tasks, team.rollout_policies(greedy_dedup=e.samples == 0),
-        e.max_tokens or cfg.rollout.max_tokens, heldout_seed(cfg), env_kwargs, transcript_path,
+        e.max_tokens or cfg.rollout.max_tokens, cfg.heldout_seed, env_kwargs, transcript_path,
         samples=e.samples, temperature=e.temperature, chunk_tasks=e.chunk_tasks,
     )  # fmt: skip
     result = summarize_eval(batch, cfg.model.name)  # the definitions `marti eval` reports
@@ -170,27 +165,38 @@ def _cached_start_eval(
     team: Team,
     tasks: list,
     run_dir: Path,
-    evaluate: Callable[[], dict[str, float]],
+    evaluate: Callable[[Path | None], dict[str, float]],
 ) -> dict[str, float]:
     """The step-0 evaluation through ``log.eval_cache`` (:mod:`marti_trainer.eval_cache`):
-    copied from a matching entry, or ``evaluate()``-d and stored; ``eval/cached`` says which."""
-    records = run_dir / "eval" / "step_000000.jsonl" if cfg.log.eval_transcripts else None
+    copied from a matching entry, or ``evaluate(records_path)``-d and stored; ``eval/cached``
+    says which. A run that cannot be fingerprinted, or runs on Ray, evaluates and says why;
+    a failure to store is a warning (the evaluation itself succeeded)."""
+    records = run_dir / "eval" / "step_000000.jsonl"
+    if not cfg.log.eval_transcripts:  # an entry always holds its records
+        records = run_dir / ".step_000000.jsonl"
+    if cfg.distributed.backend == "ray":
+        print("log.eval_cache: not used on Ray (the rollout workers' machines are not the "
+              "key's); evaluating step 0", flush=True)  # fmt: skip
+        return evaluate(records if cfg.log.eval_transcripts else None)
     cache_dir = Path(cfg.log.eval_cache)
+    weights = {u.name: u.engine.weights for u in team.units}
     try:
-        key, parts = eval_cache.cache_key(
-            cfg.to_dict(), tasks, team.model_dir,
-            {u.name: u.engine.weights() for u in team.units},
-        )  # fmt: skip
+        key, parts = eval_cache.cache_key(cfg, tasks, team.model_dir, weights)
     except eval_cache.NotFingerprintable as err:
         print(f"log.eval_cache: not used ({err}); evaluating step 0", flush=True)
-        return evaluate()
-    hit = eval_cache.load_entry(cache_dir, key, records)
+        return evaluate(records if cfg.log.eval_transcripts else None)
+    hit = eval_cache.load_entry(cache_dir, key, records if cfg.log.eval_transcripts else None)
     if hit is not None:
         print(f"step-0 evaluation copied from {cache_dir / key}", flush=True)
         return {**hit, "eval/cached": 1.0}
-    metrics = evaluate()
-    entry = eval_cache.store_entry(cache_dir, key, parts, metrics, records)
-    print(f"step-0 evaluation stored in {entry}", flush=True)
+    metrics = evaluate(records)
+    try:
+        entry = eval_cache.store_entry(cache_dir, key, parts, metrics, records)
+        print(f"step-0 evaluation stored in {entry}", flush=True)
+    except OSError as err:
+        print(f"log.eval_cache: could not store the step-0 evaluation ({err})", flush=True)
+    if not cfg.log.eval_transcripts:
+        records.unlink(missing_ok=True)
     return {**metrics, "eval/cached": 0.0}
 
 
@@ -375,18 +381,18 @@ def train(
     def elapsed() -> float:
         return elapsed0 + time.perf_counter() - t_start
 
-    def held_out(step: int) -> dict[str, float]:
-        path = None
-        if cfg.log.eval_transcripts:
+    def held_out(step: int, path: Path | None = None) -> dict[str, float]:
+        if path is None and cfg.log.eval_transcripts:
             path = run_dir / "eval" / f"step_{step:06d}.jsonl"
+        if path is not None:
             path.parent.mkdir(exist_ok=True)
             path.unlink(missing_ok=True)  # a redone step rewrites its file
         return evaluate_heldout(team, cfg, eval_tasks, dict(cfg.env.kwargs), path)
 
     def held_out_start() -> dict[str, float]:
-        if not cfg.log.eval_cache:
+        if cfg.log.eval_cache in ("", "off"):
             return held_out(0)
-        return _cached_start_eval(cfg, team, eval_tasks, run_dir, lambda: held_out(0))
+        return _cached_start_eval(cfg, team, eval_tasks, run_dir, lambda path: held_out(0, path))
 
     checkpoint = None
     saves: list[float] = []  # seconds of each save (it follows its step's log line)

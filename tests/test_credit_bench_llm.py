@@ -84,6 +84,9 @@ def test_base_kwargs_apply_to_their_own_env_only(tiny_dir, tmp_path):  # noqa: F
     mine = cell_config(replace(base, log=replace(base.log, eval_cache="/c")), "chain-v0",
                        "score", 1, tmp_path, at_start=False)  # fmt: skip
     assert mine.log.eval_cache == "/c"
+    off = cell_config(replace(base, log=replace(base.log, eval_cache="off")), "chain-v0",
+                      "score", 1, tmp_path, at_start=False)  # fmt: skip
+    assert off.log.eval_cache == "off"
     mad = cell_config(base, "mad-v0:num_agents=3", "none", 0, tmp_path, at_start=True)
     assert (mad.env.kwargs["num_agents"], mad.env.kwargs["rounds"]) == (3, 2)
     assert mad.run_name == "mad-v0_num_agents=3__none__0"

@@ -99,7 +99,7 @@ def parts(tmp_path):
         "eval": {"samples": 0, "seed": 0}, "optim": {"lr": 1e-5, "precision": "bf16"},
     }  # fmt: skip
     tasks = list(ArithmeticTasks(size=3))
-    weights = {"policy": {"w": torch.zeros(2, 2)}}
+    weights = {"policy": lambda: {"w": torch.zeros(2, 2)}}
     return cfg, tasks, model, weights
 
 
@@ -115,7 +115,17 @@ def test_the_key_ignores_what_acts_after_step_0(parts):
 
 @pytest.mark.parametrize(
     "change",
-    ["env_id", "precision", "eval_seed", "run_seed", "tasks", "weights", "model_file", "env_var"],
+    [
+        "env_id",
+        "precision",
+        "eval_seed",
+        "run_seed",
+        "tasks",
+        "weights",
+        "model_file",
+        "env_var",
+        "vllm_var",
+    ],
 )
 def test_the_key_changes_with_what_the_evaluation_reads(parts, change, monkeypatch):
     cfg, tasks, model, weights = parts
@@ -133,42 +143,93 @@ def test_the_key_changes_with_what_the_evaluation_reads(parts, change, monkeypat
     elif change == "tasks":
         tasks = list(ArithmeticTasks(size=4))
     elif change == "weights":
-        weights = {"policy": {"w": torch.tensor([[0.0, 0.0], [0.0, 1e-30]])}}
+        weights = {"policy": lambda: {"w": torch.tensor([[0.0, 0.0], [0.0, 1e-30]])}}
     elif change == "model_file":
         (model / "tokenizer.json").write_text("{}")
+    elif change == "vllm_var":
+        monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "TORCH_SDPA")
     else:
         monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
     assert key_of(cfg, tasks, model, weights) != base
 
 
-def test_a_python_object_in_the_config_is_not_fingerprinted(parts):
+def test_the_env_spec_and_its_workflow_source_are_in_the_key(parts, monkeypatch):
+    """A registered env's prompts (or its workflow's file) may change under the same id."""
+    from marti_env.registry import registry, spec
+
     cfg, tasks, model, weights = parts
-    cfg = {**cfg, "env": {"id": "mad-v0", "kwargs": {"reward": len}}}
-    with pytest.raises(eval_cache.NotFingerprintable, match="builtin_function_or_method"):
-        key_of(cfg, tasks, model, weights)
+    base = key_of(cfg, tasks, model, weights)
+    mad = spec("mad-v0")
+    monkeypatch.setitem(registry, "mad-v0", replace(mad, prompts={**mad.prompts, "x": "y"}))
+    assert key_of(cfg, tasks, model, weights) != base
+
+
+def test_every_key_dropped_from_the_key_is_a_config_path():
+    """A misspelt entry of AFTER_STEP_0 would silently drop nothing."""
+    from marti_trainer.config import TrainConfig
+
+    config = TrainConfig().to_dict()
+    for key in eval_cache.AFTER_STEP_0:
+        node = config
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, key
+            node = node[part]
+
+
+def test_a_python_object_in_the_config_is_not_fingerprinted(tiny_dir, tmp_path, capsys):
+    """A reward function given in code has no stable description: the run evaluates step 0
+    itself and says why, and stores nothing."""
+    from tests.test_train import length_reward
+
+    cfg = config(tiny_dir, tmp_path / "runs", tmp_path / "cache")
+    cfg = replace(cfg, env=replace(cfg.env, kwargs={**cfg.env.kwargs, "reward": length_reward}))
+    run = train(cfg)
+    assert "eval/cached" not in read_metrics(run.run_dir)[0]
+    assert "log.eval_cache: not used (the config holds function" in capsys.readouterr().out
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_corrupt_entry_is_named(tmp_path):
     entry = tmp_path / "k"
     entry.mkdir()
-    (entry / "metrics.json").write_text('{"eval/accuracy": "high"}')
-    with pytest.raises(ValueError, match=r"k/metrics.json.*delete"):
-        eval_cache.load_entry(tmp_path, "k", None)
-    (entry / "metrics.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"metrics\.json"):
+    (entry / "step_000000.jsonl").write_text("{}\n")
+    for bad in ('{"eval/accuracy": "high"}', "{}", "{not json"):
+        (entry / "metrics.json").write_text(bad)
+        with pytest.raises(ValueError, match=r"k/metrics\.json.*delete"):
+            eval_cache.load_entry(tmp_path, "k", None)
+    (entry / "metrics.json").write_text('{"eval/accuracy": 0.5}')
+    assert eval_cache.load_entry(tmp_path, "k", None) == {"eval/accuracy": 0.5}
+    (entry / "step_000000.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"has no step_000000\.jsonl; delete"):
         eval_cache.load_entry(tmp_path, "k", None)
 
 
-def test_an_entry_without_records_is_completed_not_used(tmp_path):
+def test_a_second_store_of_a_key_keeps_the_first(tmp_path):
+    """Runs of one config started together all miss and all store: the first entry stays,
+    the others are dropped without an error, and no temporary folder is left."""
     records = tmp_path / "r.jsonl"
     records.write_text('{"a": 1}\n')
-    eval_cache.store_entry(tmp_path / "c", "k", {}, {"eval/accuracy": 0.5}, None)
-    assert eval_cache.load_entry(tmp_path / "c", "k", None) == {"eval/accuracy": 0.5}
-    assert eval_cache.load_entry(tmp_path / "c", "k", tmp_path / "out.jsonl") is None
-    eval_cache.store_entry(tmp_path / "c", "k", {}, {"eval/accuracy": 0.5}, records)
-    assert eval_cache.load_entry(tmp_path / "c", "k", tmp_path / "out.jsonl") is not None
-    assert (tmp_path / "out.jsonl").read_text() == records.read_text()
-    assert [p.name for p in (tmp_path / "c").iterdir()] == ["k"]  # no temporary folder left
+    cache = tmp_path / "c"
+    first = eval_cache.store_entry(cache, "k", {}, {"eval/accuracy": 0.5}, records)
+    records.write_text('{"a": 2}\n')
+    again = eval_cache.store_entry(cache, "k", {}, {"eval/accuracy": 0.7}, records)
+    assert first == again
+    assert eval_cache.load_entry(cache, "k", tmp_path / "out.jsonl") == {"eval/accuracy": 0.5}
+    assert (tmp_path / "out.jsonl").read_text() == '{"a": 1}\n'
+    assert [p.name for p in cache.iterdir()] == ["k"]
+
+
+def test_without_episode_records_the_entry_still_holds_them(tiny_dir, tmp_path):
+    """log.eval_transcripts off: the run writes no eval/ records, the entry still gets them,
+    and a later run that wants them copies them."""
+    cache = tmp_path / "cache"
+    quiet = config(tiny_dir, tmp_path / "runs", cache)
+    quiet = replace(quiet, log=replace(quiet.log, eval_transcripts=False))
+    a = train(quiet)
+    assert not (a.run_dir / "eval").exists() and not list(a.run_dir.glob(".step_*"))
+    b = train(config(tiny_dir, tmp_path / "runs", cache, seed=4))
+    assert read_metrics(b.run_dir)[0]["eval/cached"] == 1.0
+    assert (b.run_dir / "eval" / "step_000000.jsonl").is_file()
 
 
 def test_marti_eval_repeats_a_run_with_its_eval_seed(tiny_dir, tmp_path):

@@ -483,17 +483,17 @@ def test_update_rewrites_a_page_with_its_own_arguments(sweep, tmp_path, monkeypa
     assert "reports ['sweep'], not found here" in capsys.readouterr().err
 
 
-def test_a_setting_missing_from_an_older_run_groups_as_its_default(tmp_path):
-    """A digest saved before a setting existed (here eval.chunk_tasks) is the same config as
-    a new run that leaves it at its default; a run that changes it is another config. The
-    held-out episodes' seed (eval.seed) never defines a config."""
-    from marti_trainer.report import RunRecord, group_runs
+def test_runs_group_regardless_of_their_held_out_seed(tmp_path):
+    """eval.seed, like seed, does not define a config (before it existed every run
+    evaluated with its own seed); any other key that differs, or is missing, does."""
+    from marti_trainer.report import RunRecord, _mixed_heldout_seeds, group_runs
 
     base = {"seed": 0, "exp_name": "x", "optim.lr": 1e-5, "log.output_dir": "runs"}
     old = RunRecord(tmp_path / "a", 0, dict(base), True)
-    new = RunRecord(tmp_path / "b", 1, {**base, "seed": 1, "eval.chunk_tasks": 16}, True)
-    fixed = RunRecord(tmp_path / "c", 2, {**base, "seed": 2, "eval.seed": 0}, True)
-    other = RunRecord(tmp_path / "d", 0, {**base, "eval.chunk_tasks": 8}, True)
-    groups = group_runs([old, new, fixed, other])
-    assert [[r.path.name for r in g.runs] for g in groups] == [["a", "b", "c"], ["d"]]
-    assert [g.label for g in groups] == ["eval.chunk_tasks=16", "eval.chunk_tasks=8"]
+    new = RunRecord(tmp_path / "b", 1, {**base, "seed": 1, "eval.seed": 0}, True)
+    other = RunRecord(tmp_path / "c", 0, {**base, "eval.chunk_tasks": 16}, True)
+    groups = group_runs([old, new, other])
+    assert [[r.path.name for r in g.runs] for g in groups] == [["a", "b"], ["c"]]
+    (line, _) = _mixed_heldout_seeds(groups)  # the page says where the episodes differ
+    assert "eval.seed null (the run's seed) for seeds 0; 0 for seeds 1." in line
+    assert groups[1].label not in line

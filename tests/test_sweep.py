@@ -102,6 +102,8 @@ def test_plan_is_grid_major_and_resolves_each_cell(base_yaml, tmp_path):
     assert {c.config.log.eval_cache for c in cells} == {str(tmp_path / "out" / "eval_cache")}
     mine = plan_sweep(base_yaml, [0], [], tmp_path / "out", ["log.eval_cache=/elsewhere"])
     assert mine[0].config.log.eval_cache == "/elsewhere"  # a given cache folder is kept
+    off = plan_sweep(base_yaml, [0], [], tmp_path / "out", ["log.eval_cache=off"])
+    assert off[0].config.log.eval_cache == "off"
     # where a cell lives does not enter its fingerprint; its seed and grid values do
     moved = replace(
         first.config, run_name="elsewhere", log=replace(first.config.log, output_dir="/x")
@@ -159,16 +161,19 @@ def test_config_changes_ignore_location_and_logging(base_yaml, tmp_path):
     assert config_changes(a, b) == ["optim.lr: 1e-05 -> 2e-05"]
 
 
-def test_a_setting_missing_from_a_saved_config_reads_as_its_default(base_yaml):
-    """A config saved before a setting existed (here eval.seed) is not "changed" by it, as
-    long as the new config keeps the default; another value is a change."""
+def test_a_setting_missing_from_a_saved_config(base_yaml):
+    """A config saved before eval.seed existed is not "changed" by it while the new config
+    keeps the old behaviour (null: the run's seed); another value is a change, and so is any
+    other missing key (a task spec without its size is not the default spec's size)."""
     new = load_config(base_yaml)
     saved = new.to_dict()
-    del saved["eval"]["seed"]
+    del saved["eval"]["seed"], saved["log"]["eval_cache"]
     assert config_changes(saved, new) == []
     assert config_changes(saved, load_config(base_yaml, ["eval.seed=0"])) == [
         "eval.seed: None -> 0"
     ]
+    del saved["eval"]["chunk_tasks"]
+    assert config_changes(saved, new) == ["eval.chunk_tasks: (absent) -> 16"]
 
 
 def test_process_backends_refuse_python_objects(tiny_dir, tmp_path):  # noqa: F811

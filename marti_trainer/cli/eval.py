@@ -222,7 +222,7 @@ def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
     run = {
         "k": max(1, e.samples), "temperature": e.temperature if e.samples else 0.0,
         "max_tokens": e.max_tokens or cfg.rollout.max_tokens, "mode": "sync",
-        "seed": cfg.seed if e.seed is None else e.seed,
+        "seed": cfg.heldout_seed,
         "dtype": _rollout_dtype(cfg), "batch_size": cfg.rollout.batch_size,
         "chunk_tasks": e.chunk_tasks,
     }  # fmt: skip
