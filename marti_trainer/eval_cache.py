@@ -16,17 +16,16 @@ The entry's key is the sha256 of everything the evaluation reads (:func:`cache_k
 * the resolved config without the keys that act only after step 0 (:data:`AFTER_STEP_0`),
   and without the run's ``seed`` when ``eval.seed`` is set (the held-out episodes then take
   their randomness from ``eval.seed``; without it, runs of different seeds never share);
-* the held-out tasks' content, and the env's spec files;
+* the held-out tasks' content;
+* the env's registered spec (default kwargs and prompts) and the source file of its
+  workflow class, which may live outside marti (an entry point ``package.module:Class``);
 * the model folder's files and the initial trained tensors (LoRA adapters included);
-* marti's own source files (any code change misses), and the versions of Python, torch,
-  transformers and vLLM;
+* marti's own source files and env specs (any code change misses), and the versions of
+  Python and of the libraries in :data:`LIBRARIES`;
 * the machine: CPU model and flags, usable cores, torch threads, and the environment
   variables that steer numerical kernels. Different CPUs round bf16 differently (the same
   greedy step-0 evaluation differed on 17-19 of 1,000 problems between an Intel Xeon and
   an AMD EPYC), so entries never travel between machines that differ in any of these.
-
-* the env's registered spec (default kwargs and prompts) and the source file of its
-  workflow class, which may live outside marti (an entry point ``package.module:Class``).
 
 A config or env spec holding a Python object (a reward function given in code) cannot be
 fingerprinted: such a run evaluates as usual and says why; so does a run on Ray, whose
@@ -57,7 +56,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AFTER_STEP_0", "cache_key", "load_entry", "store_entry"]
+__all__ = [
+    "AFTER_STEP_0",
+    "LIBRARIES",
+    "NUMERIC_ENV_VARS",
+    "NotFingerprintable",
+    "cache_key",
+    "load_entry",
+    "store_entry",
+]
 
 AFTER_STEP_0 = (
     "exp_name",
