@@ -415,11 +415,10 @@ class LogConfig(Section):
     )
     eval_cache: str | bool = setting(
         "",
-        "Folder of step-0 held-out evaluations shared between runs: a path; off (YAML's false); "
-        "or '' (the "
-        "default: off for marti train, <out>/eval_cache under marti sweep and marti bench "
-        "credit --tier llm). A run whose "
-        "initial weights, held-out set, config (less the keys that act only after step 0), "
+        "Folder of step-0 held-out evaluations shared between runs: a path; off (YAML's "
+        "false); or '' (the default: off for marti train, <out>/eval_cache under marti sweep "
+        "and marti bench credit --tier llm). A run whose initial weights, held-out set, "
+        "config (less the keys that act only after step 0), "
         "code, library versions and machine match a stored entry copies its metrics and "
         "episode records instead of evaluating (eval/cached = 1); otherwise it evaluates and "
         "stores them (marti_trainer.eval_cache). Runs that differ only in seed (with eval.seed "
