@@ -9,6 +9,12 @@
 # them); a cell whose digest is there is skipped, so a fresh clone continues where the
 # committed digests end. The page: benchmarks/report_suite.sh (first written), then
 # `marti report --update docs/results.md` as digests arrive.
+#
+# Seeds 0-5 ran before the configs set eval.seed: 0 (their held-out episodes took the run's
+# seed, on which single-v0's and the 2x2 debate's do not depend: their step-0 evaluations
+# agree across seeds on one machine); later seeds share one step-0 evaluation per config
+# through runs/sweeps/suite/<config>/eval_cache. A cell folder started before that change is
+# refused as changed (eval.seed: None -> 0): delete it.
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
