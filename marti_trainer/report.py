@@ -987,7 +987,8 @@ def _mixed_heldout_seeds(groups: Sequence[Group]) -> list[str]:
             by_value.setdefault(shown, []).append(r.seed)
         if len(by_value) > 1:
             shown = "; ".join(
-                f"{v} for seeds {', '.join(map(str, s))}" for v, s in by_value.items()
+                f"{v} for seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+                for v, s in by_value.items()
             )
             out += [
                 f"Held-out episodes of {g.label}: eval.seed {shown}. The episodes' own "

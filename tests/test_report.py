@@ -495,5 +495,5 @@ def test_runs_group_regardless_of_their_held_out_seed(tmp_path):
     groups = group_runs([old, new, other])
     assert [[r.path.name for r in g.runs] for g in groups] == [["a", "b"], ["c"]]
     (line, _) = _mixed_heldout_seeds(groups)  # the page says where the episodes differ
-    assert "eval.seed null (the run's seed) for seeds 0; 0 for seeds 1." in line
+    assert "eval.seed null (the run's seed) for seed 0; 0 for seed 1." in line
     assert groups[1].label not in line
