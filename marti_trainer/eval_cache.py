@@ -20,8 +20,9 @@ The entry's key is the sha256 of everything the evaluation reads (:func:`cache_k
 * the env's registered spec (default kwargs and prompts) and the source file of its
   workflow class, which may live outside marti (an entry point ``package.module:Class``);
 * the model folder's files and the initial trained tensors (LoRA adapters included);
-* marti's own source files and env specs (any code change misses), and the versions of
-  Python and of the libraries in :data:`LIBRARIES`;
+* marti's own source files and env specs (a code change misses, except in the modules
+  above the training loop, :data:`ABOVE_TRAINING`), and the versions of Python and of the
+  libraries in :data:`LIBRARIES`;
 * the machine: CPU model and flags, usable cores, torch threads, and the environment
   variables that steer numerical kernels. Different CPUs round bf16 differently (the same
   greedy step-0 evaluation differed on 17-19 of 1,000 problems between an Intel Xeon and
@@ -57,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ABOVE_TRAINING",
     "AFTER_STEP_0",
     "LIBRARIES",
     "NUMERIC_ENV_VARS",
@@ -119,6 +121,11 @@ LIBRARIES = (
 )  # fmt: skip
 """Distributions whose version is part of the key (those installed)."""
 
+ABOVE_TRAINING = ("cli", "credit_bench_llm.py", "sweep.py", "report.py", "dry_run.py")
+"""``marti_trainer`` modules (files or packages) in the layers above ``train``, which the
+training loop cannot import (``pyproject.toml``'s layers contract): they start runs or read
+their results, so editing them changes no evaluation, and they stay out of the key."""
+
 _METRICS, _RECORDS, _KEY = "metrics.json", "step_000000.jsonl", "key.json"
 
 
@@ -174,7 +181,8 @@ def _tree_files(root: Path) -> list[Path]:
 
 @lru_cache(maxsize=1)
 def _source_digest() -> str:
-    """sha256 of marti's source files (both packages and the env spec folder)."""
+    """sha256 of marti's source files (both packages and the env spec folder), less the
+    modules of :data:`ABOVE_TRAINING`."""
     import marti_env
     import marti_trainer
     from marti_env.registry import envs_dir
@@ -182,7 +190,11 @@ def _source_digest() -> str:
     h = hashlib.sha256()
     for package in (marti_env, marti_trainer):
         root = Path(package.__file__).parent
-        _hash_files(_tree_files(root), root.parent, h)
+        files = [
+            p for p in _tree_files(root)
+            if package is marti_env or p.relative_to(root).parts[0] not in ABOVE_TRAINING
+        ]  # fmt: skip
+        _hash_files(files, root.parent, h)
     specs = envs_dir()
     _hash_files(_tree_files(specs), specs.parent, h)
     return h.hexdigest()

@@ -250,3 +250,21 @@ def test_marti_eval_repeats_a_run_with_its_eval_seed(tiny_dir, tmp_path):
     assert [t["response"] for r in got for t in r["turns"]] == [
         t["response"] for r in want for t in r["turns"]
     ]
+
+
+def test_the_modules_left_out_of_the_key_are_those_above_the_training_loop():
+    """Only modules the training loop cannot import (layers above `train` in the layers
+    contract) may stay out of the source digest: editing a report leaves entries valid."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "pyproject.toml").read_text()  # tomllib needs Python 3.11
+    contract = text[text.index('id = "trainer-layers"') :]
+    start = contract.index("layers = [")
+    block = contract[start : contract.index("]", start)]
+    layers = re.findall(r'"([^"]+)"', block)
+    above = [m for layer in layers[: layers.index("train")] for m in re.findall(r"\w+", layer)]
+    found = [name.removesuffix(".py") for name in eval_cache.ABOVE_TRAINING]
+    assert sorted(found) == sorted(above)
+    for name in eval_cache.ABOVE_TRAINING:
+        assert (root / "marti_trainer" / name).exists(), name
