@@ -227,24 +227,14 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _machine() -> dict[str, Any]:
     import torch
 
-    from marti_trainer.machine import describe_machine
+    from marti_trainer.machine import cpu_flags, describe_machine
 
     return {
         "machine": describe_machine(),
-        "cpu_flags": hashlib.sha256(_cpu_flags().encode()).hexdigest(),
+        "cpu_flags": hashlib.sha256(" ".join(cpu_flags()).encode()).hexdigest(),
         "torch_threads": torch.get_num_threads(),
         "env": {
             k: v

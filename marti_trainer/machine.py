@@ -14,7 +14,7 @@ import os
 import platform
 from pathlib import Path
 
-__all__ = ["NATIVE_BF16_FLAGS", "cpu_bf16_flags", "describe_machine"]
+__all__ = ["NATIVE_BF16_FLAGS", "cpu_bf16_flags", "cpu_flags", "describe_machine"]
 
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """x86 ``/proc/cpuinfo`` flags of native bf16 dot products (AMX tiles, AVX512-BF16)."""
@@ -27,14 +27,21 @@ def _read_cpuinfo() -> str:
         return ""
 
 
-def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
-    """The native-bf16 flags this CPU reports in ``/proc/cpuinfo`` (empty where unreadable)."""
+def cpu_flags(cpuinfo: str | None = None) -> list[str]:
+    """Every feature flag this CPU reports in ``/proc/cpuinfo`` (x86 ``flags``, ARM
+    ``Features``), sorted; empty where unreadable."""
     if cpuinfo is None:
         cpuinfo = _read_cpuinfo()
     flags = set()
     for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):
             flags.update(line.split(":", 1)[1].split())
+    return sorted(flags)
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
+    """The native-bf16 flags this CPU reports in ``/proc/cpuinfo`` (empty where unreadable)."""
+    flags = set(cpu_flags(cpuinfo))
     return [f for f in NATIVE_BF16_FLAGS if f in flags]
 
 

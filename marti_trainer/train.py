@@ -171,31 +171,30 @@ def _cached_start_eval(
     copied from a matching entry, or ``evaluate(records_path)``-d and stored; ``eval/cached``
     says which. A run that cannot be fingerprinted, or runs on Ray, evaluates and says why;
     a failure to store is a warning (the evaluation itself succeeded)."""
-    records = run_dir / "eval" / "step_000000.jsonl"
-    if not cfg.log.eval_transcripts:  # an entry always holds its records
-        records = run_dir / ".step_000000.jsonl"
+    wanted = run_dir / "eval" / "step_000000.jsonl" if cfg.log.eval_transcripts else None
     if cfg.distributed.backend == "ray":
         print("log.eval_cache: not used on Ray (the rollout workers' machines are not the "
               "key's); evaluating step 0", flush=True)  # fmt: skip
-        return evaluate(records if cfg.log.eval_transcripts else None)
+        return evaluate(wanted)
     cache_dir = Path(cfg.log.eval_cache)
     weights = {u.name: u.engine.weights for u in team.units}
     try:
         key, parts = eval_cache.cache_key(cfg, tasks, team.model_dir, weights)
     except eval_cache.NotFingerprintable as err:
         print(f"log.eval_cache: not used ({err}); evaluating step 0", flush=True)
-        return evaluate(records if cfg.log.eval_transcripts else None)
-    hit = eval_cache.load_entry(cache_dir, key, records if cfg.log.eval_transcripts else None)
+        return evaluate(wanted)
+    hit = eval_cache.load_entry(cache_dir, key, wanted)
     if hit is not None:
         print(f"step-0 evaluation copied from {cache_dir / key}", flush=True)
         return {**hit, "eval/cached": 1.0}
+    records = wanted or run_dir / ".step_000000.jsonl"  # an entry always holds its records
     metrics = evaluate(records)
     try:
         entry = eval_cache.store_entry(cache_dir, key, parts, metrics, records)
         print(f"step-0 evaluation stored in {entry}", flush=True)
     except OSError as err:
         print(f"log.eval_cache: could not store the step-0 evaluation ({err})", flush=True)
-    if not cfg.log.eval_transcripts:
+    if wanted is None:
         records.unlink(missing_ok=True)
     return {**metrics, "eval/cached": 0.0}
 

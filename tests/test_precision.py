@@ -6,7 +6,7 @@ import torch
 
 from marti_trainer.config import OptimConfig, TrainConfig
 from marti_trainer.engines.torch_engine import TorchEngine
-from marti_trainer.machine import cpu_bf16_flags
+from marti_trainer.machine import cpu_bf16_flags, cpu_flags
 from marti_trainer.precision import choose_precision, resolve_config, resolve_precision
 
 CPUINFO = """processor : 0
@@ -31,6 +31,9 @@ def test_flags_are_read_from_cpuinfo():
     assert cpu_bf16_flags(CPUINFO) == ["avx512_bf16"]
     assert cpu_bf16_flags("flags : fpu sse2 avx2\n") == []
     assert cpu_bf16_flags("flags : amx_bf16 avx512_bf16\n") == ["amx_bf16", "avx512_bf16"]
+    assert cpu_flags("flags : sse2 avx2\nflags : avx2 fpu\n") == ["avx2", "fpu", "sse2"]
+    assert cpu_flags("Features : fp asimd bf16\n") == ["asimd", "bf16", "fp"]  # ARM
+    assert cpu_flags("") == []
 
 
 def test_explicit_settings_win_and_the_rollout_dtype_follows_auto():
