@@ -18,6 +18,10 @@ tasks. Per cell it reports:
   ``log.eval_cache`` (default ``out_dir/eval_cache``, ``off`` turns it off;
   :mod:`marti_trainer.eval_cache`).
 * ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
+* ``zero_adv``: the fraction of trained samples whose advantage is zero at every token,
+  averaged over the run's updates and trained units (``losses/<unit>/zero_advantage_frac``):
+  the share of generations that gave no gradient signal. Near 1 under ``none`` means the
+  team outcome almost never varied within a group.
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.
 
@@ -50,6 +54,9 @@ from marti_env.credit.replay import trains_on_siblings
 from marti_trainer.config import TrainConfig
 
 __all__ = ["cell_config", "run_llm_benchmark"]
+
+ZERO_ADV = re.compile(r"losses/[^/]+/zero_advantage_frac")
+"""The trainer's per-update, per-unit metric behind the ``zero_adv`` column."""
 
 
 def _slug(text: str) -> str:
@@ -127,12 +134,14 @@ def run_llm_benchmark(
                 if k == 0:
                     acc_start = summary["accuracy_before"]
                 curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]
+                zero = [v for h in history for k, v in h.items() if ZERO_ADV.fullmatch(k)]
                 result.curves[(env, method, seed)] = curve
                 result.rows.append({
                     "env": env, "method": method, "seed": seed,
                     "attr": math.nan, "attr_within": math.nan,
                     "acc_start": acc_start, "acc_final": summary["accuracy_after"],
                     "acc_auc": sum(curve) / len(curve),
+                    "zero_adv": sum(zero) / len(zero) if zero else math.nan,
                     "episodes": result.episodes_per_update * cfg.total_steps,
                     "seconds": summary["wall_s"] if reused else round(time.perf_counter() - t0, 1),
                 })  # fmt: skip

@@ -31,6 +31,7 @@ def test_every_cell_trains_with_its_method_then_is_reused(tiny_dir, tmp_path):  
     assert none["acc_start"] == quality["acc_start"]  # measured once, by the first method
     assert math.isnan(none["attr"]) and none["episodes"] == 2 * 2 * 2
     assert len(result.curves[("mad-v0", "none", 0)]) == 2
+    assert all(0.0 <= r["zero_adv"] <= 1.0 for r in result.rows)  # averaged over 2 updates
     saved = yaml.safe_load(
         (out / "runs" / "mad-v0__quality_alpha=0.3__0" / "config.yaml").read_text()
     )
@@ -53,7 +54,7 @@ def test_every_cell_trains_with_its_method_then_is_reused(tiny_dir, tmp_path):  
 
     paths = write_outputs(again, out)
     table = paths["table"].read_text()
-    assert "n/a" in table and "quality:alpha=0.3" in table
+    assert "n/a" in table and "quality:alpha=0.3" in table and "zero_adv" in table
     assert json.loads(paths["json"].read_text())["tier"] == "llm"
     assert paths["plot"].is_file()
 
