@@ -22,6 +22,10 @@ tasks. Per cell it reports:
   averaged over the run's updates and trained units (``losses/<unit>/zero_advantage_frac``):
   the share of generations that gave no gradient signal. Near 1 under ``none`` means the
   team outcome almost never varied within a group.
+* ``=none`` (the degeneracy flag, :func:`first_batch_degenerate`): whether the method's
+  rewards on the cell's first training batch (sampled from the initial model, before any
+  update) give ``none``'s advantages exactly under the config's estimator and groups; YES
+  on every seed means the method trains exactly like ``none`` here.
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.
 
@@ -53,7 +57,7 @@ from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec,
 from marti_env.credit.replay import trains_on_siblings
 from marti_trainer.config import TrainConfig
 
-__all__ = ["cell_config", "run_llm_benchmark"]
+__all__ = ["cell_config", "first_batch_degenerate", "run_llm_benchmark"]
 
 ZERO_ADV = re.compile(r"losses/[^/]+/zero_advantage_frac")
 """The trainer's per-update, per-unit metric behind the ``zero_adv`` column."""
@@ -90,6 +94,68 @@ def cell_config(
             eval_cache=base.log.eval_cache or str(runs_dir.parent / "eval_cache"),
         ),
     )
+
+
+NORMALIZATION = {"grpo": "std", "dr_grpo": "mean", "rloo": "mean", "agent_scale": "agent_scale"}
+"""The degeneracy check's form (:data:`marti_env.credit.degeneracy.NORMALIZATIONS`) of each
+per-group advantage estimator: RLOO's ``r_i - mean_{j != i} r_j = n/(n-1) (r_i - mean)``
+is centring times a factor that is the same for every method. The REINFORCE++ estimators
+(batch-wide whitening, per-token returns) have no entry."""
+
+
+def first_batch_degenerate(run_dir: Path, cfg: TrainConfig) -> bool | None:
+    """The degeneracy flag on a finished cell's first training batch: True when the credited
+    rewards give exactly ``none``'s advantages in every advantage group.
+
+    Reads the first ``tasks_per_step x n_samples`` episodes of ``transcripts.jsonl`` (step
+    1's batch, generated before any update). ``none`` would pay each turn its episode's
+    outcome ``R``; both rewards get the same overlong penalty ``p`` (``algorithm.
+    overlong_penalty``, from each turn's response length), so the check
+    (:func:`marti_env.credit.degeneracy.gradient_identical_to_none`) compares ``r + p``
+    with ``R + p`` under the config's groups (:func:`marti_trainer.rollout.group_key_of`'s
+    keys) and estimator (:data:`NORMALIZATION`).
+
+    Returns None where the check does not apply: an estimator without a per-group form,
+    ``group_by: node`` (sibling groups are not in the transcripts), or no transcripts.
+    """
+    import json
+
+    import torch
+
+    from marti_env.credit.degeneracy import gradient_identical_to_none
+    from marti_trainer.algorithms import overlong_penalty
+
+    alg, path = cfg.algorithm, run_dir / "transcripts.jsonl"
+    normalize = NORMALIZATION.get(alg.advantage)
+    if normalize is None or alg.group_by == "node" or not path.is_file():
+        return None
+    size = cfg.rollout.tasks_per_step * cfg.rollout.n_samples
+    rewards, outcomes, lengths, groups, agents = [], [], [], [], []
+    with path.open(encoding="utf-8") as f:
+        for i, line in zip(range(size), f, strict=False):
+            try:
+                record = json.loads(line)
+                for t in record["turns"]:
+                    rewards.append(float(t["reward"]))
+                    outcomes.append(float(record["outcome"]))
+                    lengths.append(int(t["meta"]["response_tokens"]))
+                    key = (t["agent"], t["index"]) if alg.group_by == "agent" else (
+                        t["role"], t["round"])  # fmt: skip
+                    groups.append((record["task"]["id"], *key))
+                    agents.append(t["agent"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{i + 1}: not an episode record ({e!r})") from None
+    if not rewards:
+        return None
+    penalty = [0.0] * len(rewards)
+    if alg.overlong_penalty > 0:
+        ramp = overlong_penalty(torch.tensor(lengths), cfg.rollout.max_tokens, alg.overlong_buffer)
+        penalty = [alg.overlong_penalty * float(v) for v in ramp]
+    return gradient_identical_to_none(
+        [r + p for r, p in zip(rewards, penalty, strict=True)],
+        [x + p for x, p in zip(outcomes, penalty, strict=True)],
+        groups, normalize, scale_keys=agents,  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
 def _run_cell(cfg: TrainConfig) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
@@ -135,6 +201,9 @@ def run_llm_benchmark(
                     acc_start = summary["accuracy_before"]
                 curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]
                 zero = [v for h in history for k, v in h.items() if ZERO_ADV.fullmatch(k)]
+                flag = first_batch_degenerate(runs_dir / cfg.run_name, cfg)
+                if flag is not None:
+                    result.flags[(env, method)] = result.flags.get((env, method), True) and flag
                 result.curves[(env, method, seed)] = curve
                 result.rows.append({
                     "env": env, "method": method, "seed": seed,

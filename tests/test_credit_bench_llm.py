@@ -32,6 +32,7 @@ def test_every_cell_trains_with_its_method_then_is_reused(tiny_dir, tmp_path):  
     assert math.isnan(none["attr"]) and none["episodes"] == 2 * 2 * 2
     assert len(result.curves[("mad-v0", "none", 0)]) == 2
     assert all(0.0 <= r["zero_adv"] <= 1.0 for r in result.rows)  # averaged over 2 updates
+    assert result.flags[("mad-v0", "none")] is True  # `none` is its own gradient
     saved = yaml.safe_load(
         (out / "runs" / "mad-v0__quality_alpha=0.3__0" / "config.yaml").read_text()
     )
@@ -55,6 +56,7 @@ def test_every_cell_trains_with_its_method_then_is_reused(tiny_dir, tmp_path):  
     paths = write_outputs(again, out)
     table = paths["table"].read_text()
     assert "n/a" in table and "quality:alpha=0.3" in table and "zero_adv" in table
+    assert "=none YES: gradient-identical" in table  # the legend comes with the flags
     assert json.loads(paths["json"].read_text())["tier"] == "llm"
     assert paths["plot"].is_file()
 
@@ -123,3 +125,61 @@ def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
     # 2 tasks x 2 episodes x 4 turns (2 agents, 2 rounds), each with 1 resampled sibling
     assert sibling["rollout/sibling_samples"] == 16 and sibling["rollout/samples"] == 32
     assert math.isfinite(sibling["losses/policy/policy_loss"])  # and it trained on them
+
+
+def _transcripts(run_dir, episodes):
+    """``episodes``: (task id, outcome, [(agent, round, reward, response tokens)])."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for task, outcome, turns in episodes:
+        turns = [
+            {"agent": a, "role": a.rpartition("_")[0], "round": k, "index": i, "reward": r,
+             "meta": {"response_tokens": n}}
+            for i, (a, k, r, n) in enumerate(turns)
+        ]  # fmt: skip
+        lines.append(json.dumps({"task": {"id": task}, "outcome": outcome, "turns": turns}))
+    (run_dir / "transcripts.jsonl").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def _flag_config(**algorithm):
+    from marti_trainer.config import TrainConfig
+
+    cfg = TrainConfig()
+    rollout = replace(cfg.rollout, tasks_per_step=1, n_samples=3, max_tokens=10)
+    return replace(cfg, rollout=rollout, algorithm=replace(cfg.algorithm, **algorithm))
+
+
+def test_first_batch_flag_marks_turn_discounting_like_the_fast_tier(tmp_path):
+    from marti_trainer.credit_bench_llm import first_batch_degenerate
+
+    # one task, 3 episodes (outcomes 1, 0, 1), two rounds; rewards gamma^(K - k) R with
+    # gamma = 0.5: one positive scale per (agent, round) group
+    episodes = [("t", R, [("a_0", 0, 0.5 * R, 2), ("a_0", 1, R, 2)]) for R in (1.0, 0.0, 1.0)]
+    run = _transcripts(tmp_path / "discount", episodes)
+    assert first_batch_degenerate(run, _flag_config(advantage="grpo")) is True
+    assert first_batch_degenerate(run, _flag_config(advantage="dr_grpo")) is False
+    assert first_batch_degenerate(run, _flag_config(advantage="reinforce_pp")) is None
+    # a fourth episode past the first batch (tasks_per_step x n_samples = 3) is not read
+    later = [*episodes, ("t", 0.0, [("a_0", 0, 9.0, 2), ("a_0", 1, -9.0, 2)])]
+    run = _transcripts(tmp_path / "later", later)
+    assert first_batch_degenerate(run, _flag_config(advantage="grpo")) is True
+
+
+def test_first_batch_flag_adds_the_overlong_penalty_to_both_rewards(tmp_path):
+    from marti_trainer.credit_bench_llm import first_batch_degenerate
+
+    # r = 0.5 R in one group is affine in R = [1, 0, 0]. With the penalty (cut 10, buffer 4,
+    # weight 1: 8 tokens -> (10 - 4 - 8) / 4 = -0.5, 2 tokens -> 0), r + p = [0.5, -0.5, 0]
+    # against R + p = [1, -0.5, 0]: slopes 1 and 0.5, not affine, so not `none`'s gradient
+    episodes = [("t", 1.0, [("a_0", 0, 0.5, 2)]), ("t", 0.0, [("a_0", 0, 0.0, 8)]),
+                ("t", 0.0, [("a_0", 0, 0.0, 2)])]  # fmt: skip
+    run = _transcripts(tmp_path / "penalty", episodes)
+    assert first_batch_degenerate(run, _flag_config(advantage="grpo")) is True
+    penalised = _flag_config(advantage="grpo", overlong_penalty=1.0, overlong_buffer=4)
+    assert first_batch_degenerate(run, penalised) is False
+    none = [("t", R, [("a_0", 0, R, n)]) for R, n in ((1.0, 2), (0.0, 8), (0.0, 2))]
+    assert first_batch_degenerate(_transcripts(tmp_path / "none", none), penalised) is True
+    with pytest.raises(ValueError, match=r"transcripts.jsonl:1: not an episode record"):
+        (run / "transcripts.jsonl").write_text('{"turns": [{}]}\n')
+        first_batch_degenerate(run, penalised)
