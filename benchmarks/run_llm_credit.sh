@@ -1,10 +1,12 @@
 #!/bin/bash
 # The credit benchmark's LLM tier (issue 18): `none` against `shapley` with SmolLM2-135M,
-# 10 paired seeds, 1,000 held-out problems each (about 25 min a cell on 2 cores: hours in
-# all), on one family: FAMILY=split_sum (split-sum-v0, the default) or FAMILY=gate (gate-v0).
+# 10 paired seeds, 1,000 held-out problems each (10-25 min a cell on 2 cores: hours in
+# all), on one family, named by its config baselines/smollm2/135m_credit_<FAMILY>.yaml:
+# split_sum_nopenalty (split-sum-v0, the default), gate (gate-v0), or split_sum (split-sum-v0
+# with the quick start's overlong penalty, whose length term outweighed the credit: closed).
 # Run in the background; a rerun reuses finished cells and resumes.
 #
-#   nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_split_sum.log 2>&1 &
+#   nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_split_sum_nopenalty.log 2>&1 &
 #   FAMILY=gate nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_gate.log 2>&1 &
 #
 # Every finished cell is digested at once into docs/results/digests/credit_llm_<family>/
@@ -14,11 +16,11 @@
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
-FAMILY=${FAMILY:-split_sum}
+FAMILY=${FAMILY:-split_sum_nopenalty}
 case "$FAMILY" in
-  split_sum) ENV_ID=split-sum-v0 ;;
+  split_sum|split_sum_nopenalty) ENV_ID=split-sum-v0 ;;
   gate) ENV_ID=gate-v0 ;;
-  *) echo "FAMILY must be split_sum or gate, got '$FAMILY'" >&2; exit 2 ;;
+  *) echo "FAMILY must be split_sum_nopenalty, gate or split_sum, got '$FAMILY'" >&2; exit 2 ;;
 esac
 CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
 OUT=runs/credit_llm_$FAMILY
