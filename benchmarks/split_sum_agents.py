@@ -11,8 +11,9 @@ boxed a number at all. Collect from run folders, then render::
         --out docs/results/credit_llm_split_sum_agents.json
     python benchmarks/split_sum_agents.py render docs/results/credit_llm_split_sum_agents.json
 
-``collect`` reads each run's ``config.yaml`` (its credit method, seed and split-sum size)
-and keeps small counts only; ``render`` prints one markdown row per (method, seed, step).
+``collect`` reads each run's ``config.yaml`` (its method label ``exp_name``, seed and the
+env's kwargs) and keeps small counts only; ``render`` prints one markdown row per (method,
+seed, step).
 """
 
 from __future__ import annotations
@@ -27,26 +28,37 @@ from typing import Any
 import yaml
 
 from marti_env.tasks.task import Task
-from marti_env.workflows.split_sum import local_correct, parse_int, split_instance
+from marti_env.workflows.split_sum import SplitSum, local_correct, parse_int
 
 ROLES = ("solver", "distractor")
 
 
-def role_counts(records: list[dict[str, Any]], kwargs: dict[str, int]) -> dict[str, Any]:
+def role_counts(records: list[dict[str, Any]], workflow: SplitSum, where: str) -> dict[str, Any]:
     """Per role: (problem, agent) pairs, how many did their job and how many boxed a number;
-    and the team's correct problems. ``kwargs`` are the run's split-sum size
-    (``num_solvers``, ``num_distractors``, ``difficulty``)."""
+    and the problems whose team outcome is 1. ``workflow`` is the run's
+    :class:`~marti_env.workflows.split_sum.SplitSum` (its size and difficulty); ``where``
+    names the records' file in errors.
+
+    Raises:
+        ValueError: a record without a turn for each of the workflow's agents, or a turn
+            without an ``answer`` field (naming ``where:line``).
+    """
     out: dict[str, Any] = {r: {"pairs": 0, "local": 0, "boxed": 0} for r in ROLES}
     out["problems"] = len(records)
     out["team"] = 0
-    for rec in records:
-        task = Task(**{k: rec["task"][k] for k in ("id", "prompt", "answer", "source")})
-        instance = split_instance(
-            task, kwargs["num_solvers"], kwargs["num_distractors"], kwargs.get("difficulty", 0)
-        )
-        answers = {t["agent"]: t.get("answer") for t in rec["turns"]}
-        for agent, ok in local_correct(instance, answers).items():
-            counts = out[agent.rpartition("_")[0]]
+    for line, rec in enumerate(records, 1):
+        try:
+            answers = {t["agent"]: t["answer"] for t in rec["turns"]}
+            task = Task(**{k: rec["task"][k] for k in ("id", "prompt", "answer", "source")})
+        except KeyError as e:
+            raise ValueError(f"{where}:{line}: no {e} field in the episode record") from None
+        if sorted(answers) != sorted(workflow.agents) or len(rec["turns"]) != len(answers):
+            raise ValueError(
+                f"{where}:{line}: turns by {[t['agent'] for t in rec['turns']]}, expected one "
+                f"each by {list(workflow.agents)} (is the run's split-sum size the config's?)"
+            )
+        for agent, ok in local_correct(workflow.instance(task), answers).items():
+            counts = out[workflow.role(agent)]
             counts["pairs"] += 1
             counts["local"] += int(ok)
             counts["boxed"] += int(parse_int(answers[agent]) is not None)
@@ -55,12 +67,15 @@ def role_counts(records: list[dict[str, Any]], kwargs: dict[str, int]) -> dict[s
 
 
 def collect(run_dirs: list[Path]) -> dict[str, Any]:
-    """Every evaluation of every split-sum run, reduced to :func:`role_counts`.
+    """Every evaluation of every split-sum run, reduced to :func:`role_counts`; a run is
+    labelled by its ``exp_name`` (the benchmark's method label, options included) and seed.
 
     Raises:
         ValueError: a folder without ``config.yaml`` or one whose env is not split-sum-v0
-            (naming the folder).
+            (naming the folder), or records that do not fit the run's workflow.
     """
+    import marti_env
+
     runs = []
     for run in sorted(run_dirs):
         config_path = run / "config.yaml"
@@ -69,15 +84,16 @@ def collect(run_dirs: list[Path]) -> dict[str, Any]:
         cfg = yaml.safe_load(config_path.read_text(encoding="utf-8"))
         if cfg["env"]["id"] != "split-sum-v0":
             raise ValueError(f"{run}: env {cfg['env']['id']!r}, not split-sum-v0")
-        kwargs = {k: cfg["env"]["kwargs"].get(k, d) for k, d in
-                  (("num_solvers", 4), ("num_distractors", 2), ("difficulty", 0))}  # fmt: skip
+        workflow = marti_env.make("split-sum-v0", **cfg["env"]["kwargs"]).workflow
         steps = {}
         for path in sorted((run / "eval").glob("step_*.jsonl")):
             with path.open(encoding="utf-8") as f:
                 records = [json.loads(line) for line in f if line.strip()]
-            steps[str(int(path.stem.split("_")[1]))] = role_counts(records, kwargs)
-        runs.append({"run": run.name, "method": cfg["env"]["credit"], "seed": cfg["seed"],
-                     "split_sum": kwargs, "steps": steps})  # fmt: skip
+            steps[str(int(path.stem.split("_")[1]))] = role_counts(records, workflow, str(path))
+        size = {"num_solvers": workflow.num_solvers, "num_distractors": workflow.num_distractors,
+                "difficulty": workflow.difficulty}  # fmt: skip
+        runs.append({"run": run.name, "method": cfg["exp_name"], "seed": cfg["seed"],
+                     "split_sum": size, "steps": steps})  # fmt: skip
     return {"runs": runs}
 
 
@@ -86,10 +102,11 @@ def _pct(num: int, den: int) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    """A markdown table: per run and evaluated step, team accuracy and per role the percent
-    of agents that did their job (boxed a number)."""
+    """A markdown table: per run and evaluated step, the percent of problems with team
+    outcome 1 (the held-out accuracy) and per role the percent of agents that did their job
+    (and that boxed a number)."""
     lines = [
-        "| method | seed | step | team correct | solvers: own part boxed (boxed a number) "
+        "| method | seed | step | team outcome 1 | solvers: own part boxed (boxed a number) "
         "| distractors: 0 or nothing (boxed a number) |",
         "|---|---|---|---|---|---|",
     ]

@@ -18,14 +18,16 @@ tasks. Per cell it reports:
   ``log.eval_cache`` (default ``out_dir/eval_cache``, ``off`` turns it off;
   :mod:`marti_trainer.eval_cache`).
 * ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
-* ``zero_adv``: the fraction of trained samples whose advantage is zero at every token,
-  averaged over the run's updates and trained units (``losses/<unit>/zero_advantage_frac``):
-  the share of generations that gave no gradient signal. Near 1 under ``none`` means the
-  team outcome almost never varied within a group.
-* ``=none`` (the degeneracy flag, :func:`first_batch_degenerate`): whether the method's
-  rewards on the cell's first training batch (sampled from the initial model, before any
-  update) give ``none``'s advantages exactly under the config's estimator and groups; YES
-  on every seed means the method trains exactly like ``none`` here.
+* ``zero_adv``: the share of advantage groups whose credited rewards are all equal,
+  averaged over the run's updates (the trainer's ``rollout/zero_spread_groups``, the fast
+  tier's definition): groups that give no credit signal. The overlong penalty, added after
+  credit, can still spread such a group's rewards by length.
+* ``=none`` (the degeneracy flag, :func:`trained_like_none`): whether the method's credited
+  rewards gave exactly ``none``'s advantages on every training batch of the cell, under the
+  config's estimator, groups and overlong penalty. Both runs draw each step's rollouts
+  from the same seeds, so YES on a cell means it trained exactly as ``none`` would have;
+  the table says YES for a method only when every seed's cell says so, and n/a when a cell
+  cannot be checked (no transcripts, sibling groups, a per-token estimator).
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.
 
@@ -44,6 +46,7 @@ error naming the keys, not a silent reuse. ``marti report OUT/runs`` reads the c
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -55,12 +58,10 @@ from typing import Any
 from marti_env.credit import make_credit
 from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
 from marti_env.credit.replay import trains_on_siblings
+from marti_env.record import EpisodeRecord
 from marti_trainer.config import TrainConfig
 
-__all__ = ["cell_config", "first_batch_degenerate", "run_llm_benchmark"]
-
-ZERO_ADV = re.compile(r"losses/[^/]+/zero_advantage_frac")
-"""The trainer's per-update, per-unit metric behind the ``zero_adv`` column."""
+__all__ = ["cell_config", "run_llm_benchmark", "trained_like_none"]
 
 
 def _slug(text: str) -> str:
@@ -99,63 +100,91 @@ def cell_config(
 NORMALIZATION = {"grpo": "std", "dr_grpo": "mean", "rloo": "mean", "agent_scale": "agent_scale"}
 """The degeneracy check's form (:data:`marti_env.credit.degeneracy.NORMALIZATIONS`) of each
 per-group advantage estimator: RLOO's ``r_i - mean_{j != i} r_j = n/(n-1) (r_i - mean)``
-is centring times a factor that is the same for every method. The REINFORCE++ estimators
-(batch-wide whitening, per-token returns) have no entry."""
+is centring times a factor that is the same for every method."""
+PER_TOKEN = ("reinforce_pp", "reinforce_pp_baseline")
+"""Estimators with batch-wide whitening and per-token returns: no per-group check."""
 
 
-def first_batch_degenerate(run_dir: Path, cfg: TrainConfig) -> bool | None:
-    """The degeneracy flag on a finished cell's first training batch: True when the credited
-    rewards give exactly ``none``'s advantages in every advantage group.
+def training_batches(path: Path, size: int) -> list[list[EpisodeRecord]]:
+    """The episodes of a run's ``transcripts.jsonl``, step by step (the trainer appends
+    each step's ``size = tasks_per_step x n_samples`` episodes in order).
 
-    Reads the first ``tasks_per_step x n_samples`` episodes of ``transcripts.jsonl`` (step
-    1's batch, generated before any update). ``none`` would pay each turn its episode's
-    outcome ``R``; both rewards get the same overlong penalty ``p`` (``algorithm.
-    overlong_penalty``, from each turn's response length), so the check
-    (:func:`marti_env.credit.degeneracy.gradient_identical_to_none`) compares ``r + p``
-    with ``R + p`` under the config's groups (:func:`marti_trainer.rollout.group_key_of`'s
-    keys) and estimator (:data:`NORMALIZATION`).
-
-    Returns None where the check does not apply: an estimator without a per-group form,
-    ``group_by: node`` (sibling groups are not in the transcripts), or no transcripts.
+    Raises:
+        ValueError: a line that is not an episode record (naming ``path:line``), or a count
+            of episodes that is not a whole number of steps.
     """
-    import json
+    episodes = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            try:
+                episodes.append(EpisodeRecord.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{i}: not an episode record ({e!r})") from None
+    if not episodes or len(episodes) % size:
+        raise ValueError(
+            f"{path}: {len(episodes)} episodes, not a whole number of training steps of "
+            f"{size} (tasks_per_step x n_samples)"
+        )
+    return [episodes[i : i + size] for i in range(0, len(episodes), size)]
 
+
+def batch_like_none(batch: list[EpisodeRecord], cfg: TrainConfig) -> bool:
+    """Whether one training batch's credited rewards give exactly ``none``'s advantages.
+
+    ``none`` would pay each turn its episode's outcome ``R``; the trainer adds the same
+    overlong penalty ``p`` to either reward (:func:`marti_trainer.learner.sample_advantages`),
+    so :func:`marti_env.credit.degeneracy.gradient_identical_to_none` compares ``r + p``
+    with ``R + p`` in the groups of :func:`marti_trainer.rollout.group_key_of`, under the
+    estimator's form (:data:`NORMALIZATION`).
+    """
     import torch
 
     from marti_env.credit.degeneracy import gradient_identical_to_none
     from marti_trainer.algorithms import overlong_penalty
+    from marti_trainer.rollout import group_key_of
 
-    alg, path = cfg.algorithm, run_dir / "transcripts.jsonl"
-    normalize = NORMALIZATION.get(alg.advantage)
-    if normalize is None or alg.group_by == "node" or not path.is_file():
-        return None
-    size = cfg.rollout.tasks_per_step * cfg.rollout.n_samples
-    rewards, outcomes, lengths, groups, agents = [], [], [], [], []
-    with path.open(encoding="utf-8") as f:
-        for i, line in zip(range(size), f, strict=False):
-            try:
-                record = json.loads(line)
-                for t in record["turns"]:
-                    rewards.append(float(t["reward"]))
-                    outcomes.append(float(record["outcome"]))
-                    lengths.append(int(t["meta"]["response_tokens"]))
-                    key = (t["agent"], t["index"]) if alg.group_by == "agent" else (
-                        t["role"], t["round"])  # fmt: skip
-                    groups.append((record["task"]["id"], *key))
-                    agents.append(t["agent"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{i + 1}: not an episode record ({e!r})") from None
-    if not rewards:
-        return None
-    penalty = [0.0] * len(rewards)
+    alg = cfg.algorithm
+    rows = [(row, turn, ep.outcome) for ep in batch
+            for row, turn in zip(ep.samples(), ep.turns, strict=True)]  # fmt: skip
+    penalty = [0.0] * len(rows)
     if alg.overlong_penalty > 0:
-        ramp = overlong_penalty(torch.tensor(lengths), cfg.rollout.max_tokens, alg.overlong_buffer)
+        lengths = torch.tensor([int(turn.meta["response_tokens"]) for _, turn, _ in rows])
+        ramp = overlong_penalty(lengths, cfg.rollout.max_tokens, alg.overlong_buffer)
         penalty = [alg.overlong_penalty * float(v) for v in ramp]
     return gradient_identical_to_none(
-        [r + p for r, p in zip(rewards, penalty, strict=True)],
-        [x + p for x, p in zip(outcomes, penalty, strict=True)],
-        groups, normalize, scale_keys=agents,  # type: ignore[arg-type]
-    )  # fmt: skip
+        [row.reward + p for (row, _, _), p in zip(rows, penalty, strict=True)],
+        [outcome + p for (_, _, outcome), p in zip(rows, penalty, strict=True)],
+        [group_key_of(row, alg.group_by) for row, _, _ in rows],
+        NORMALIZATION[alg.advantage],  # type: ignore[arg-type]
+        scale_keys=[row.agent for row, _, _ in rows],
+    )
+
+
+def trained_like_none(run_dir: Path, cfg: TrainConfig) -> bool | None:
+    """The degeneracy flag of a finished cell: True when every training batch in its
+    ``transcripts.jsonl`` passes :func:`batch_like_none`.
+
+    Returns None where the check does not apply: ``log.transcripts`` off,
+    ``algorithm.group_by: node`` (sibling groups are not in the transcripts), or a
+    per-token estimator (:data:`PER_TOKEN`).
+
+    Raises:
+        ValueError: the transcripts are missing or malformed (naming the file), or an
+            estimator this check does not know (naming it).
+    """
+    alg = cfg.algorithm
+    if not cfg.log.transcripts or alg.group_by == "node" or alg.advantage in PER_TOKEN:
+        return None
+    if alg.advantage not in NORMALIZATION:
+        raise ValueError(
+            f"the degeneracy check has no form for algorithm.advantage={alg.advantage!r} "
+            f"(known: {sorted(NORMALIZATION)}, skipped: {list(PER_TOKEN)})"
+        )
+    path = run_dir / "transcripts.jsonl"
+    if not path.is_file():
+        raise ValueError(f"{path}: missing, although log.transcripts is on")
+    size = cfg.rollout.tasks_per_step * cfg.rollout.n_samples
+    return all(batch_like_none(batch, cfg) for batch in training_batches(path, size))
 
 
 def _run_cell(cfg: TrainConfig) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
@@ -190,6 +219,7 @@ def run_llm_benchmark(
         episodes_per_update=base.rollout.tasks_per_step * base.rollout.n_samples,
     )  # fmt: skip
     runs_dir = Path(out_dir) / "runs"
+    unchecked: set[tuple[str, str]] = set()
     for env in env_labels:
         for seed in result.seeds:
             acc_start = math.nan
@@ -200,9 +230,13 @@ def run_llm_benchmark(
                 if k == 0:
                     acc_start = summary["accuracy_before"]
                 curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]
-                zero = [v for h in history for k, v in h.items() if ZERO_ADV.fullmatch(k)]
-                flag = first_batch_degenerate(runs_dir / cfg.run_name, cfg)
-                if flag is not None:
+                zero = [h["rollout/zero_spread_groups"] for h in history
+                        if "rollout/zero_spread_groups" in h]  # fmt: skip
+                flag = trained_like_none(runs_dir / cfg.run_name, cfg)
+                if flag is None:  # one unchecked seed: n/a for the method
+                    unchecked.add((env, method))
+                    result.flags.pop((env, method), None)
+                elif (env, method) not in unchecked:
                     result.flags[(env, method)] = result.flags.get((env, method), True) and flag
                 result.curves[(env, method, seed)] = curve
                 result.rows.append({

@@ -127,17 +127,21 @@ def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
     assert math.isfinite(sibling["losses/policy/policy_loss"])  # and it trained on them
 
 
-def _transcripts(run_dir, episodes):
-    """``episodes``: (task id, outcome, [(agent, round, reward, response tokens)])."""
+def _transcripts(run_dir, steps):
+    """``steps``: per training step, its episodes ``(task id, outcome, [(agent, round,
+    reward, response tokens)])``, written as the trainer writes transcripts.jsonl."""
     run_dir.mkdir(parents=True, exist_ok=True)
     lines = []
-    for task, outcome, turns in episodes:
+    for task, outcome, turns in (episode for step in steps for episode in step):
         turns = [
-            {"agent": a, "role": a.rpartition("_")[0], "round": k, "index": i, "reward": r,
+            {"index": i, "round": k, "agent": a, "role": a.rpartition("_")[0], "messages": [],
+             "response": "", "answer": None, "score": 0.0, "reward": r,
              "meta": {"response_tokens": n}}
             for i, (a, k, r, n) in enumerate(turns)
         ]  # fmt: skip
-        lines.append(json.dumps({"task": {"id": task}, "outcome": outcome, "turns": turns}))
+        record = {"env_id": "x-v0", "task": {"id": task, "prompt": "p", "answer": "1"},
+                  "turns": turns, "final_answer": None, "outcome": outcome}  # fmt: skip
+        lines.append(json.dumps(record))
     (run_dir / "transcripts.jsonl").write_text("\n".join(lines) + "\n")
     return run_dir
 
@@ -150,36 +154,89 @@ def _flag_config(**algorithm):
     return replace(cfg, rollout=rollout, algorithm=replace(cfg.algorithm, **algorithm))
 
 
-def test_first_batch_flag_marks_turn_discounting_like_the_fast_tier(tmp_path):
-    from marti_trainer.credit_bench_llm import first_batch_degenerate
+def test_flag_marks_turn_discounting_on_every_batch(tmp_path):
+    from marti_trainer.credit_bench_llm import trained_like_none
 
     # one task, 3 episodes (outcomes 1, 0, 1), two rounds; rewards gamma^(K - k) R with
     # gamma = 0.5: one positive scale per (agent, round) group
-    episodes = [("t", R, [("a_0", 0, 0.5 * R, 2), ("a_0", 1, R, 2)]) for R in (1.0, 0.0, 1.0)]
-    run = _transcripts(tmp_path / "discount", episodes)
-    assert first_batch_degenerate(run, _flag_config(advantage="grpo")) is True
-    assert first_batch_degenerate(run, _flag_config(advantage="dr_grpo")) is False
-    assert first_batch_degenerate(run, _flag_config(advantage="reinforce_pp")) is None
-    # a fourth episode past the first batch (tasks_per_step x n_samples = 3) is not read
-    later = [*episodes, ("t", 0.0, [("a_0", 0, 9.0, 2), ("a_0", 1, -9.0, 2)])]
-    run = _transcripts(tmp_path / "later", later)
-    assert first_batch_degenerate(run, _flag_config(advantage="grpo")) is True
+    step = [("t", R, [("a_0", 0, 0.5 * R, 2), ("a_0", 1, R, 2)]) for R in (1.0, 0.0, 1.0)]
+    run = _transcripts(tmp_path / "discount", [step, step])
+    assert trained_like_none(run, _flag_config(advantage="grpo")) is True
+    assert trained_like_none(run, _flag_config(advantage="grpo", group_by="role")) is True
+    assert trained_like_none(run, _flag_config(advantage="dr_grpo")) is False
+    assert trained_like_none(run, _flag_config(advantage="rloo")) is False
+    # agent_scale: one scale per agent over the batch keeps the per-round slopes apart
+    assert trained_like_none(run, _flag_config(advantage="agent_scale")) is False
+    assert trained_like_none(run, _flag_config(advantage="reinforce_pp")) is None
+    cfg = _flag_config()
+    siblings = replace(cfg.env, credit="sibling", credit_kwargs={"train": True})
+    node = replace(cfg, env=siblings, algorithm=replace(cfg.algorithm, group_by="node"))
+    assert trained_like_none(run, node) is None  # sibling groups: not in the transcripts
+    # a later batch whose rewards are not the outcome's makes the whole run differ
+    later = [("t", 0.0, [("a_0", 0, 9.0, 2), ("a_0", 1, -9.0, 2)]), *step[1:]]
+    run = _transcripts(tmp_path / "later", [step, later])
+    assert trained_like_none(run, _flag_config(advantage="grpo")) is False
 
 
-def test_first_batch_flag_adds_the_overlong_penalty_to_both_rewards(tmp_path):
-    from marti_trainer.credit_bench_llm import first_batch_degenerate
+def test_flag_adds_the_weighted_overlong_penalty_to_both_rewards(tmp_path):
+    from marti_trainer.credit_bench_llm import trained_like_none
 
-    # r = 0.5 R in one group is affine in R = [1, 0, 0]. With the penalty (cut 10, buffer 4,
-    # weight 1: 8 tokens -> (10 - 4 - 8) / 4 = -0.5, 2 tokens -> 0), r + p = [0.5, -0.5, 0]
-    # against R + p = [1, -0.5, 0]: slopes 1 and 0.5, not affine, so not `none`'s gradient
-    episodes = [("t", 1.0, [("a_0", 0, 0.5, 2)]), ("t", 0.0, [("a_0", 0, 0.0, 8)]),
-                ("t", 0.0, [("a_0", 0, 0.0, 2)])]  # fmt: skip
-    run = _transcripts(tmp_path / "penalty", episodes)
-    assert first_batch_degenerate(run, _flag_config(advantage="grpo")) is True
-    penalised = _flag_config(advantage="grpo", overlong_penalty=1.0, overlong_buffer=4)
-    assert first_batch_degenerate(run, penalised) is False
-    none = [("t", R, [("a_0", 0, R, n)]) for R, n in ((1.0, 2), (0.0, 8), (0.0, 2))]
-    assert first_batch_degenerate(_transcripts(tmp_path / "none", none), penalised) is True
+    # cut 10, buffer 4: 2 tokens -> ramp 0, 10 tokens -> -1. R = [1, 0, 0], r = [2, -0.5, 0].
+    # Weight 0.5: R + p = [1, -0.5, 0], r + p = [2, -1, 0] = 2 (R + p): `none`'s gradient.
+    # Weight 1: [1, -1, 0] against [2, -1.5, 0] (slopes 1.5 and 2); weight 0: r varies
+    # where R does not. Neither is `none`'s.
+    step = [("t", R, [("a_0", 0, r, n)]) for R, r, n in ((1.0, 2.0, 2), (0.0, -0.5, 10),
+                                                         (0.0, 0.0, 2))]  # fmt: skip
+    run = _transcripts(tmp_path / "penalty", [step])
+    weighted = {w: _flag_config(overlong_penalty=w, overlong_buffer=4) for w in (0.0, 0.5, 1.0)}
+    assert [trained_like_none(run, weighted[w]) for w in (0.0, 0.5, 1.0)] == [False, True, False]
+
+
+def test_flag_errors_name_the_transcripts(tmp_path):
+    from marti_trainer.credit_bench_llm import trained_like_none
+
+    cfg = _flag_config()
+    with pytest.raises(ValueError, match=r"transcripts.jsonl: missing, although log.transcripts"):
+        trained_like_none(tmp_path, cfg)
+    off = replace(cfg, log=replace(cfg.log, transcripts=False))
+    assert trained_like_none(tmp_path, off) is None
+    step = [("t", 1.0, [("a_0", 0, 1.0, 2)])] * 3
+    run = _transcripts(tmp_path / "short", [step[:2]])
+    with pytest.raises(ValueError, match=r"2 episodes, not a whole number of training steps of 3"):
+        trained_like_none(run, cfg)
+    (run / "transcripts.jsonl").write_text('{"turns": [{}]}\n')
     with pytest.raises(ValueError, match=r"transcripts.jsonl:1: not an episode record"):
-        (run / "transcripts.jsonl").write_text('{"turns": [{}]}\n')
-        first_batch_degenerate(run, penalised)
+        trained_like_none(run, cfg)
+    with pytest.raises(ValueError, match=r"no form for algorithm.advantage='mystery'"):
+        trained_like_none(run, replace(cfg, algorithm=replace(cfg.algorithm, advantage="mystery")))
+
+
+@pytest.mark.parametrize("group_by", ["agent", "role"])
+def test_flag_reads_the_rows_the_trainer_trained_on(tiny_dir, tmp_path, monkeypatch, group_by):  # noqa: F811
+    """The transcripts' rows, keys and lengths are the learner's samples (captured at
+    ``sample_advantages``), step by step."""
+    import marti_trainer.learner.update as update
+    from marti_trainer.credit_bench_llm import training_batches
+    from marti_trainer.rollout import group_key_of
+
+    seen = []
+    real = update.sample_advantages
+
+    def capture(samples, *args, **kwargs):
+        seen.append(sorted((group_key_of(s, group_by), s.reward, len(s.response_token_ids))
+                           for s in samples))  # fmt: skip
+        return real(samples, *args, **kwargs)
+
+    monkeypatch.setattr(update, "sample_advantages", capture)
+    cfg = tiny_config(tiny_dir, tmp_path, total_steps=2, algorithm__group_by=group_by,
+                      model__sharing="shared", algorithm__overlong_penalty=0.5,
+                      algorithm__overlong_buffer=4)  # fmt: skip
+    train(cfg)
+    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "transcripts.jsonl").is_file()]
+    batches = training_batches(run_dir / "transcripts.jsonl", 2 * 2)
+    rows = [
+        sorted((group_key_of(row, group_by), row.reward, int(turn.meta["response_tokens"]))
+               for ep in batch for row, turn in zip(ep.samples(), ep.turns, strict=True))
+        for batch in batches
+    ]  # fmt: skip
+    assert len(rows) == 2 and rows == seen
