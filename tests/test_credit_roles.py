@@ -1,4 +1,4 @@
-"""benchmarks/split_sum_agents.py: per-role scores of split-sum evaluations, by hand."""
+"""benchmarks/credit_roles.py: per-role scores of split-sum and gate evaluations, by hand."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from marti_env.tasks.task import Task
 from marti_env.workflows.split_sum import split_instance
 from tests.test_evaluate import _load_benchmark
 
-agents = _load_benchmark("split_sum_agents")
+roles = _load_benchmark("credit_roles")
 TASK = Task("arithmetic/test/L1/0", "What is 95 - 42?", "53", "arithmetic/level1")
 
 
-def _record(answers: dict[str, str | None], outcome: float) -> dict:
+def _record(answers: dict[str, str | None], outcome: float, scores=None) -> dict:
     task = {"id": TASK.id, "prompt": TASK.prompt, "answer": TASK.answer, "source": TASK.source}
-    turns = [{"agent": a, "answer": v} for a, v in answers.items()]
+    scores = scores or {}
+    turns = [{"agent": a, "answer": v, "score": scores.get(a, 0.0)} for a, v in answers.items()]
     return {"task": task, "turns": turns, "outcome": outcome}
 
 
@@ -38,16 +39,17 @@ def test_collect_scores_each_agent_against_its_own_job(tmp_path):
              "distractor_0": "0", "distractor_1": None}  # fmt: skip
     wrong = {"solver_0": str(parts[0]), "solver_1": "x",
              "distractor_0": "7", "distractor_1": "0"}  # fmt: skip
-    (run,) = agents.collect([_run(tmp_path, [_record(right, 1.0), _record(wrong, 0.0)])])["runs"]
+    data = roles.collect([_run(tmp_path, [_record(right, 1.0), _record(wrong, 0.0)])])
+    (run,) = data["runs"]
     assert (run["method"], run["seed"], list(run["steps"])) == ("none", 3, ["15"])
-    assert run["split_sum"] == {"num_solvers": 2, "num_distractors": 2, "difficulty": 1}
+    assert run["env_kwargs"] == {"num_solvers": 2, "num_distractors": 2, "difficulty": 1}
     counts = run["steps"]["15"]
     assert (counts["problems"], counts["team"]) == (2, 1)
     # solvers: 3 of 4 boxed their part; "x" is not a number
     assert counts["solver"] == {"pairs": 4, "local": 3, "boxed": 3}
     # distractors: "0", nothing and "0" add nothing; "7" does; "0" counts as boxed
     assert counts["distractor"] == {"pairs": 4, "local": 3, "boxed": 3}
-    table = agents.render({"runs": [run]})
+    table = roles.render(data)
     assert table.splitlines()[-1] == "| none | 3 | 15 | 50.0 | 75.0 (75.0) | 75.0 (75.0) |"
 
 
@@ -55,19 +57,48 @@ def test_the_env_defaults_fill_missing_kwargs(tmp_path):
     parts = split_instance(TASK, 4, 2, 0).parts  # split-sum-v0's registered defaults
     answers = {**{f"solver_{i}": str(p) for i, p in enumerate(parts)},
                "distractor_0": None, "distractor_1": None}  # fmt: skip
-    (run,) = agents.collect([_run(tmp_path, [_record(answers, 1.0)], kwargs={})])["runs"]
+    (run,) = roles.collect([_run(tmp_path, [_record(answers, 1.0)], kwargs={})])["runs"]
     assert run["steps"]["15"]["solver"] == {"pairs": 4, "local": 4, "boxed": 4}
 
 
 def test_bad_runs_and_records_are_named(tmp_path):
     ok = {"solver_0": "1", "solver_1": "2", "distractor_0": None, "distractor_1": None}
-    with pytest.raises(ValueError, match=r"split-sum-v0__none__3: env 'mad-v0'"):
-        agents.collect([_run(tmp_path / "a", [_record(ok, 0.0)], env_id="mad-v0")])
+    with pytest.raises(ValueError, match=r"split-sum-v0__none__3: env 'mad-v0', not one of"):
+        roles.collect([_run(tmp_path / "a", [_record(ok, 0.0)], env_id="mad-v0")])
     missing = {k: v for k, v in ok.items() if k != "distractor_1"}
     records = [_record(ok, 0.0), _record(missing, 0.0)]
     with pytest.raises(ValueError, match=r"step_000015.jsonl:2: turns by .*, expected one each"):
-        agents.collect([_run(tmp_path / "b", records)])
+        roles.collect([_run(tmp_path / "b", records)])
     no_answer = _record(ok, 0.0)
     del no_answer["turns"][0]["answer"]
     with pytest.raises(ValueError, match=r"step_000015.jsonl:1: no 'answer' field"):
-        agents.collect([_run(tmp_path / "c", [no_answer])])
+        roles.collect([_run(tmp_path / "c", [no_answer])])
+
+
+def test_gate_scores_the_verifier_against_the_proposals(tmp_path):
+    def episode(right: bool, said: str | None, outcome: float) -> dict:
+        answers = {"generator_0": "53" if right else "52", "verifier_0": said}
+        return _record(answers, outcome, scores={"generator_0": float(right)})
+
+    # right proposals: ACCEPT, REJECT, no decision; wrong ones: ACCEPT, REJECT, REJECT
+    records = [episode(True, "ACCEPT", 1.0), episode(True, "reject", 0.0),
+               episode(True, "maybe", 1.0), episode(False, "ACCEPT", 0.0),
+               episode(False, "REJECT", 1.0), episode(False, "REJECT", 0.0)]  # fmt: skip
+    run = _run(tmp_path, records, kwargs={"fallback_accuracy": 0.25}, env_id="gate-v0")
+    data = roles.collect([run])
+    counts = data["runs"][0]["steps"]["15"]
+    assert data["env_id"] == "gate-v0" and (counts["problems"], counts["team"]) == (6, 3)
+    assert [counts[f"right_{d}"] for d in ("accept", "reject", "none")] == [1, 1, 1]
+    assert [counts[f"wrong_{d}"] for d in ("accept", "reject", "none")] == [1, 2, 0]
+    # TPR = 2/3 (no decision lets a proposal through), TNR = 2/3: balanced accuracy 66.7
+    last = roles.render(data).splitlines()[-1]
+    assert last == "| none | 3 | 15 | 50.0 | 50.0 | 33.3 | 50.0 | 16.7 | 66.7 |"
+
+
+def test_runs_of_two_envs_are_refused(tmp_path):
+    ok = {"solver_0": "1", "solver_1": "2", "distractor_0": None, "distractor_1": None}
+    a = _run(tmp_path / "a", [_record(ok, 0.0)])
+    gate = {"generator_0": "1", "verifier_0": "ACCEPT"}
+    b = _run(tmp_path / "b", [_record(gate, 0.0)], kwargs={}, env_id="gate-v0")
+    with pytest.raises(ValueError, match=r"env 'gate-v0', but earlier runs are"):
+        roles.collect([a, b])

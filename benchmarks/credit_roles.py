@@ -1,0 +1,220 @@
+"""What each role of a credit-probe team does, from LLM-tier runs' held-out evaluations.
+
+The team outcome says only whether the team was right; this says which role made it so.
+For every evaluation a run saved (``eval/step_*.jsonl``), each agent is scored against its
+own job with its env's rules:
+
+* ``split-sum-v0`` (:func:`split_sum_counts`): solver ``i`` does its job by boxing its part
+  ``a_i``, a distractor by boxing 0 or nothing
+  (:func:`marti_env.workflows.split_sum.local_correct`); per role, the share that did, and
+  the share that boxed a number at all.
+* ``gate-v0`` (:func:`gate_counts`): the generator's proposal is right or wrong (its turn's
+  score); the verifier ACCEPTs, REJECTs or decides nothing (which lets the proposal
+  through); its decisions against the proposals' correctness give the balanced accuracy
+  (:func:`marti_env.workflows.gate.balanced_accuracy`: always-ACCEPT scores 50).
+
+Collect from run folders (all of one env), then render::
+
+    python benchmarks/credit_roles.py collect runs/credit_llm_split_sum/runs/* \\
+        --out docs/results/credit_llm_split_sum_roles.json
+    python benchmarks/credit_roles.py render docs/results/credit_llm_split_sum_roles.json
+
+``collect`` reads each run's ``config.yaml`` (its method label ``exp_name``, seed and the
+env's kwargs) and keeps small counts only; ``render`` prints one markdown row per (method,
+seed, step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marti_env.tasks.task import Task
+from marti_env.workflows.base import Workflow
+from marti_env.workflows.gate import GENERATOR, VERIFIER, balanced_accuracy, decision
+from marti_env.workflows.split_sum import local_correct, parse_int
+
+
+def _episodes(records: list[dict[str, Any]], workflow: Workflow, where: str):
+    """``(task, {agent: turn}, {agent: answer}, outcome)`` per record, checking that each
+    record has one turn by each of the workflow's agents, with an answer field."""
+    for line, rec in enumerate(records, 1):
+        try:
+            turns = {t["agent"]: t for t in rec["turns"]}
+            answers = {t["agent"]: t["answer"] for t in rec["turns"]}  # None: boxed nothing
+            task = Task(**{k: rec["task"][k] for k in ("id", "prompt", "answer", "source")})
+        except KeyError as e:
+            raise ValueError(f"{where}:{line}: no {e} field in the episode record") from None
+        if sorted(turns) != sorted(workflow.agents) or len(rec["turns"]) != len(turns):
+            raise ValueError(
+                f"{where}:{line}: turns by {[t['agent'] for t in rec['turns']]}, expected one "
+                f"each by {list(workflow.agents)} (does the run's config match its records?)"
+            )
+        yield task, turns, answers, float(rec["outcome"])
+
+
+def split_sum_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dict[str, Any]:
+    """Per role (solver, distractor): (problem, agent) pairs, how many did their job and how
+    many boxed a number; and the problems whose team outcome is 1. ``workflow`` is the
+    run's :class:`~marti_env.workflows.split_sum.SplitSum`; ``where`` names the file.
+
+    Raises:
+        ValueError: a record without one turn by each agent, or a turn without an
+            ``answer`` field (naming ``where:line``).
+    """
+    out: dict[str, Any] = {
+        r: {"pairs": 0, "local": 0, "boxed": 0} for r in ("solver", "distractor")
+    }
+    out["problems"], out["team"] = len(records), 0
+    for task, _, answers, outcome in _episodes(records, workflow, where):
+        for agent, ok in local_correct(workflow.instance(task), answers).items():
+            counts = out[workflow.role(agent)]
+            counts["pairs"] += 1
+            counts["local"] += int(ok)
+            counts["boxed"] += int(parse_int(answers[agent]) is not None)
+        out["team"] += int(outcome == 1.0)
+    return out
+
+
+def gate_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dict[str, Any]:
+    """The verifier's decisions against the generator's proposals: counts of
+    ``{right, wrong}_{accept, reject, none}`` (a proposal is right when its turn scored 1;
+    no decision lets it through), and the problems whose team outcome is 1.
+
+    Raises:
+        ValueError: as :func:`split_sum_counts`.
+    """
+    out: dict[str, Any] = {f"{p}_{d}": 0 for p in ("right", "wrong")
+                           for d in ("accept", "reject", "none")}  # fmt: skip
+    out["problems"], out["team"] = len(records), 0
+    for _, turns, answers, outcome in _episodes(records, workflow, where):
+        right = float(turns[GENERATOR]["score"]) == 1.0
+        said = decision(answers[VERIFIER])
+        out[f"{'right' if right else 'wrong'}_{(said or 'none').lower()}"] += 1
+        out["team"] += int(outcome == 1.0)
+    return out
+
+
+FAMILIES: dict[str, Callable[[list[dict[str, Any]], Any, str], dict[str, Any]]] = {
+    "split-sum-v0": split_sum_counts,
+    "gate-v0": gate_counts,
+}
+"""The env ids this script scores, and how."""
+
+
+def collect(run_dirs: list[Path]) -> dict[str, Any]:
+    """Every evaluation of every run, reduced to its env's counts (:data:`FAMILIES`); a run
+    is labelled by its ``exp_name`` (the benchmark's method label, options included).
+
+    Raises:
+        ValueError: a folder without ``config.yaml``, an env this script does not score,
+            runs of several envs (naming the folder), or records that do not fit the run's
+            workflow.
+    """
+    import marti_env
+
+    runs, env_ids = [], set()
+    for run in sorted(run_dirs):
+        config_path = run / "config.yaml"
+        if not config_path.is_file():
+            raise ValueError(f"{run}: no config.yaml (not a run folder)")
+        cfg = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+        env_id = cfg["env"]["id"]
+        if env_id not in FAMILIES:
+            raise ValueError(f"{run}: env {env_id!r}, not one of {sorted(FAMILIES)}")
+        env_ids.add(env_id)
+        if len(env_ids) > 1:
+            raise ValueError(f"{run}: env {env_id!r}, but earlier runs are {sorted(env_ids)}")
+        workflow = marti_env.make(env_id, **cfg["env"]["kwargs"]).workflow
+        steps = {}
+        for path in sorted((run / "eval").glob("step_*.jsonl")):
+            with path.open(encoding="utf-8") as f:
+                records = [json.loads(line) for line in f if line.strip()]
+            steps[str(int(path.stem.split("_")[1]))] = FAMILIES[env_id](
+                records, workflow, str(path)
+            )
+        runs.append({"run": run.name, "method": cfg["exp_name"], "seed": cfg["seed"],
+                     "env_kwargs": cfg["env"]["kwargs"], "steps": steps})  # fmt: skip
+    return {"env_id": env_ids.pop() if env_ids else None, "runs": runs}
+
+
+def _pct(num: float, den: float) -> str:
+    return "n/a" if den == 0 else f"{100 * num / den:.1f}"
+
+
+def _split_sum_cells(c: dict[str, Any]) -> list[str]:
+    s, d = c["solver"], c["distractor"]
+    return [
+        f"{_pct(s['local'], s['pairs'])} ({_pct(s['boxed'], s['pairs'])})",
+        f"{_pct(d['local'], d['pairs'])} ({_pct(d['boxed'], d['pairs'])})",
+    ]
+
+
+def _gate_cells(c: dict[str, Any]) -> list[str]:
+    labels: list[bool] = []  # proposal right
+    accepted: list[bool] = []  # no decision lets the proposal through
+    for p in ("right", "wrong"):
+        for d in ("accept", "reject", "none"):
+            labels += [p == "right"] * c[f"{p}_{d}"]
+            accepted += [d != "reject"] * c[f"{p}_{d}"]
+    n = c["problems"]
+    ba = balanced_accuracy(labels, accepted) if labels else float("nan")
+    return [
+        _pct(sum(labels), n),
+        *(_pct(c[f"right_{d}"] + c[f"wrong_{d}"], n) for d in ("accept", "reject", "none")),
+        "n/a" if math.isnan(ba) else f"{100 * ba:.1f}",
+    ]
+
+
+COLUMNS = {
+    "split-sum-v0": (
+        ["solvers: own part boxed (boxed a number)", "distractors: 0 or nothing (boxed a number)"],
+        _split_sum_cells,
+    ),
+    "gate-v0": (
+        ["generator right", "verifier ACCEPT", "REJECT", "no decision", "balanced accuracy"],
+        _gate_cells,
+    ),
+}
+
+
+def render(data: dict[str, Any]) -> str:
+    """A markdown table: per run and evaluated step, the percent of problems with team
+    outcome 1 (the held-out accuracy), then the env's per-role columns, in percent."""
+    header, cells = COLUMNS[data["env_id"]]
+    lines = [
+        "| " + " | ".join(["method", "seed", "step", "team outcome 1", *header]) + " |",
+        "|" + "---|" * (4 + len(header)),
+    ]
+    for run in sorted(data["runs"], key=lambda r: (r["method"], r["seed"])):
+        for step, c in sorted(run["steps"].items(), key=lambda kv: int(kv[0])):
+            row = [run["method"], str(run["seed"]), step, _pct(c["team"], c["problems"])]
+            lines.append("| " + " | ".join([*row, *cells(c)]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="reduce run folders to per-role counts")
+    c.add_argument("runs", nargs="+", type=Path)
+    c.add_argument("--out", type=Path, required=True)
+    r = sub.add_parser("render", help="print the markdown table of a collected file")
+    r.add_argument("path", type=Path)
+    args = parser.parse_args(argv)
+    if args.cmd == "collect":
+        args.out.write_text(json.dumps(collect(args.runs), indent=1) + "\n", encoding="utf-8")
+    else:
+        print(render(json.loads(args.path.read_text(encoding="utf-8"))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
