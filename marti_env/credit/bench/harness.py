@@ -712,8 +712,9 @@ class BenchResult:
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         rule = "  ".join("-" * w for w in widths)
         legend = (
-            "=none YES: gradient-identical to `none` under this normalization (rewards an "
-            "increasing affine function of the outcome in every advantage group)"
+            "=none YES: gradient-identical to `none` under this normalization "
+            "(marti_env.credit.degeneracy.gradient_identical_to_none: with std scaling, rewards "
+            "an increasing affine function of `none`'s in every advantage group)"
         )
         body = [fmt.format(*header), rule, *(fmt.format(*c) for c in lines)]
         return "\n".join([*body, legend] if self.flags else body)
