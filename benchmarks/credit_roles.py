@@ -109,14 +109,25 @@ FAMILIES: dict[str, Callable[[list[dict[str, Any]], Any, str], dict[str, Any]]] 
 """The env ids this script scores, and how."""
 
 
+def _heldout_size(run: Path) -> int:
+    """The number of held-out tasks the run's last session loaded (its ``run.json``)."""
+    path = run / "run.json"
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8"))["sessions"][-1]["data"][
+            "eval_tasks"]["tasks"])  # fmt: skip
+    except (OSError, json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
+        raise ValueError(f"{path}: no held-out task count ({e!r})") from None
+
+
 def collect(run_dirs: list[Path]) -> dict[str, Any]:
     """Every evaluation of every run, reduced to its env's counts (:data:`FAMILIES`); a run
     is labelled by its ``exp_name`` (the benchmark's method label, options included).
 
     Raises:
-        ValueError: a folder without ``config.yaml``, an env this script does not score,
-            runs of several envs (naming the folder), or records that do not fit the run's
-            workflow.
+        ValueError: a folder without ``config.yaml`` or ``run.json``, an env this script
+            does not score, runs of several envs (naming the folder), an evaluation with
+            fewer or more records than the run's held-out tasks, or records that do not fit
+            the run's workflow (naming the file).
     """
     import marti_env
 
@@ -133,10 +144,16 @@ def collect(run_dirs: list[Path]) -> dict[str, Any]:
         if len(env_ids) > 1:
             raise ValueError(f"{run}: env {env_id!r}, but earlier runs are {sorted(env_ids)}")
         workflow = marti_env.make(env_id, **cfg["env"]["kwargs"]).workflow
+        size = _heldout_size(run)
         steps = {}
         for path in sorted((run / "eval").glob("step_*.jsonl")):
             with path.open(encoding="utf-8") as f:
                 records = [json.loads(line) for line in f if line.strip()]
+            if len(records) != size:
+                raise ValueError(
+                    f"{path}: {len(records)} episode records, but the run's held-out set has "
+                    f"{size} tasks (an evaluation still being written?)"
+                )
             steps[str(int(path.stem.split("_")[1]))] = FAMILIES[env_id](
                 records, workflow, str(path)
             )

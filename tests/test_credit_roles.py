@@ -30,6 +30,8 @@ def _run(tmp_path, records, kwargs=None, env_id="split-sum-v0"):
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     lines = [json.dumps(r) for r in records]
     (run / "eval" / "step_000015.jsonl").write_text("\n".join(lines) + "\n")
+    session = {"data": {"eval_tasks": {"tasks": len(records), "skipped_rows": 0}}}
+    (run / "run.json").write_text(json.dumps({"sessions": [session]}))
     return run
 
 
@@ -69,6 +71,10 @@ def test_bad_runs_and_records_are_named(tmp_path):
     records = [_record(ok, 0.0), _record(missing, 0.0)]
     with pytest.raises(ValueError, match=r"step_000015.jsonl:2: turns by .*, expected one each"):
         roles.collect([_run(tmp_path / "b", records)])
+    partial = _run(tmp_path / "d", [_record(ok, 0.0)] * 3)
+    (partial / "eval" / "step_000015.jsonl").write_text(json.dumps(_record(ok, 0.0)) + "\n")
+    with pytest.raises(ValueError, match=r"1 episode records, but the run's held-out set has 3"):
+        roles.collect([partial])
     no_answer = _record(ok, 0.0)
     del no_answer["turns"][0]["answer"]
     with pytest.raises(ValueError, match=r"step_000015.jsonl:1: no 'answer' field"):
