@@ -68,3 +68,16 @@ def shared_data() -> Path:
     if not root.is_dir():
         pytest.skip(f"no benchmark data directory at {root}: see `marti data list`")
     return root
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    """Undo what a test leaves in ``os.environ``. Starting a vLLM engine sets process-wide
+    variables (``LD_PRELOAD`` of torch's libgomp, inductor thread counts, ...) that later
+    child processes such as Ray workers inherit: on an Intel Xeon with AMX, a Ray run then
+    no longer matched the in-process run it is compared with."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
