@@ -132,7 +132,7 @@ def batch_like_none(batch: list[EpisodeRecord], cfg: TrainConfig) -> bool:
     """Whether one training batch's credited rewards give exactly ``none``'s advantages.
 
     ``none`` would pay each turn its episode's outcome ``R``; the trainer adds the same
-    overlong penalty ``p`` to either reward (:func:`marti_trainer.learner.sample_advantages`),
+    overlong penalty ``p`` to either reward (:func:`marti_trainer.learner.penalised_rewards`),
     so :func:`marti_env.credit.degeneracy.gradient_identical_to_none` compares ``r + p``
     with ``R + p`` in the groups of :func:`marti_trainer.rollout.group_key_of`, under the
     estimator's form (:data:`NORMALIZATION`).
@@ -140,22 +140,22 @@ def batch_like_none(batch: list[EpisodeRecord], cfg: TrainConfig) -> bool:
     import torch
 
     from marti_env.credit.degeneracy import gradient_identical_to_none
-    from marti_trainer.algorithms import overlong_penalty
+    from marti_trainer.learner import penalised_rewards
     from marti_trainer.rollout import group_key_of
 
-    alg = cfg.algorithm
     rows = [(row, turn, ep.outcome) for ep in batch
             for row, turn in zip(ep.samples(), ep.turns, strict=True)]  # fmt: skip
-    penalty = [0.0] * len(rows)
-    if alg.overlong_penalty > 0:
-        lengths = torch.tensor([int(turn.meta["response_tokens"]) for _, turn, _ in rows])
-        ramp = overlong_penalty(lengths, cfg.rollout.max_tokens, alg.overlong_buffer)
-        penalty = [alg.overlong_penalty * float(v) for v in ramp]
+    lengths = torch.tensor([int(turn.meta["response_tokens"]) for _, turn, _ in rows])
+
+    def penalised(values: list[float]) -> list[float]:  # float64: the check's tolerance
+        return penalised_rewards(torch.tensor(values, dtype=torch.float64), lengths,
+                                 cfg.algorithm, cfg.rollout.max_tokens).tolist()  # fmt: skip
+
     return gradient_identical_to_none(
-        [row.reward + p for (row, _, _), p in zip(rows, penalty, strict=True)],
-        [outcome + p for (_, _, outcome), p in zip(rows, penalty, strict=True)],
-        [group_key_of(row, alg.group_by) for row, _, _ in rows],
-        NORMALIZATION[alg.advantage],  # type: ignore[arg-type]
+        penalised([row.reward for row, _, _ in rows]),
+        penalised([outcome for _, _, outcome in rows]),
+        [group_key_of(row, cfg.algorithm.group_by) for row, _, _ in rows],
+        NORMALIZATION[cfg.algorithm.advantage],  # type: ignore[arg-type]
         scale_keys=[row.agent for row, _, _ in rows],
     )
 
@@ -219,7 +219,7 @@ def run_llm_benchmark(
         episodes_per_update=base.rollout.tasks_per_step * base.rollout.n_samples,
     )  # fmt: skip
     runs_dir = Path(out_dir) / "runs"
-    unchecked: set[tuple[str, str]] = set()
+    checks: dict[tuple[str, str], list[bool | None]] = {}  # per (env, method), every seed's
     for env in env_labels:
         for seed in result.seeds:
             acc_start = math.nan
@@ -232,12 +232,9 @@ def run_llm_benchmark(
                 curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]
                 zero = [h["rollout/zero_spread_groups"] for h in history
                         if "rollout/zero_spread_groups" in h]  # fmt: skip
-                flag = trained_like_none(runs_dir / cfg.run_name, cfg)
-                if flag is None:  # one unchecked seed: n/a for the method
-                    unchecked.add((env, method))
-                    result.flags.pop((env, method), None)
-                elif (env, method) not in unchecked:
-                    result.flags[(env, method)] = result.flags.get((env, method), True) and flag
+                checks.setdefault((env, method), []).append(
+                    trained_like_none(runs_dir / cfg.run_name, cfg)
+                )
                 result.curves[(env, method, seed)] = curve
                 result.rows.append({
                     "env": env, "method": method, "seed": seed,
@@ -255,4 +252,6 @@ def run_llm_benchmark(
                         f"{r['acc_final']:.3f}  auc {r['acc_auc']:.3f}  ({r['seconds']:.0f}s"
                         + (", reused)" if reused else ")")
                     )
+    # YES only when every seed's cell is checked and like none; n/a (absent) if any is not
+    result.flags = {k: all(v) for k, v in checks.items() if None not in v}
     return result

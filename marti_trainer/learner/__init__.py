@@ -8,7 +8,13 @@ advantages and the loss; :mod:`~marti_trainer.learner.update` runs one unit's up
 
 from marti_trainer.learner.batch import TrainBatch, collate
 from marti_trainer.learner.logprobs import forward_logprobs, score_batch, score_with
-from marti_trainer.learner.loss import LossFn, make_loss_fn, sample_advantages, set_norm
+from marti_trainer.learner.loss import (
+    LossFn,
+    make_loss_fn,
+    penalised_rewards,
+    sample_advantages,
+    set_norm,
+)
 from marti_trainer.learner.update import reference_kl, update_unit
 
 __all__ = [
@@ -17,6 +23,7 @@ __all__ = [
     "collate",
     "forward_logprobs",
     "make_loss_fn",
+    "penalised_rewards",
     "reference_kl",
     "sample_advantages",
     "score_batch",

@@ -28,7 +28,22 @@ from marti_trainer.learner.batch import TrainBatch
 from marti_trainer.learner.logprobs import forward_logprobs
 from marti_trainer.rollout.samples import group_key_of
 
-__all__ = ["LossFn", "make_loss_fn", "sample_advantages", "set_norm"]
+__all__ = ["LossFn", "make_loss_fn", "penalised_rewards", "sample_advantages", "set_norm"]
+
+
+def penalised_rewards(
+    rewards: Tensor, lengths: Tensor, cfg: AlgorithmConfig, max_tokens: int
+) -> Tensor:
+    """``rewards + cfg.overlong_penalty * overlong_penalty(lengths)``: each credited reward
+    plus the weighted soft overlong penalty of its response length against the rollout
+    budget ``max_tokens`` (DAPO, Yu et al. 2025, eq. 13;
+    :func:`marti_trainer.algorithms.overlong_penalty`). ``rewards`` unchanged at weight 0.
+    """
+    if cfg.overlong_penalty <= 0:
+        return rewards
+    return rewards + cfg.overlong_penalty * overlong_penalty(
+        lengths, max_tokens, cfg.overlong_buffer
+    )
 
 
 def sample_advantages(
@@ -42,12 +57,12 @@ def sample_advantages(
     overlong penalty of its length against ``max_tokens`` (the rollout budget). REINFORCE++
     estimators get the per-token KL to the reference when ``cfg.kl_in_reward``.
     """
-    rewards = torch.tensor([float(s.reward) for s in samples])
-    if cfg.overlong_penalty > 0:
-        lengths = torch.tensor([len(s.response_token_ids) for s in samples])
-        rewards = rewards + cfg.overlong_penalty * overlong_penalty(
-            lengths, max_tokens, cfg.overlong_buffer
-        )
+    rewards = penalised_rewards(
+        torch.tensor([float(s.reward) for s in samples]),
+        torch.tensor([len(s.response_token_ids) for s in samples]),
+        cfg,
+        max_tokens,
+    )
     name = cfg.advantage
     groups = group_ids_from_keys([group_key_of(s, cfg.group_by) for s in samples])
     if name in ("grpo", "dr_grpo", "rloo"):
