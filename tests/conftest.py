@@ -70,15 +70,29 @@ def shared_data() -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def _restore_environ():
-    """Undo what a test leaves in ``os.environ``. Starting a vLLM engine sets process-wide
-    variables (``LD_PRELOAD`` of torch's libgomp, inductor thread counts, ...) that later
-    child processes such as Ray workers inherit: on an Intel Xeon with AMX, a vLLM test
-    followed by test_ray_training_resumes_and_matches_local failed without this and passes
-    with it (in the full suite that test still fails there, for a cause not yet found)."""
+def _kept_environ():
     before = dict(os.environ)
     yield
     if dict(os.environ) != before:
         os.environ.clear()
         os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    """Undo what a test leaves in ``os.environ``. Starting a vLLM engine sets process-wide
+    variables (``LD_PRELOAD`` of torch's libgomp, inductor thread counts, ...) that later
+    child processes such as Ray workers inherit: on an Intel Xeon with AMX, a vLLM test
+    followed by test_ray_training_resumes_and_matches_local made that test's Ray actors
+    compute a 1% different entropy at its resumed step."""
+    yield from _kept_environ()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_environ_per_module():
+    """The same for module-scoped fixtures: an engine that a module's fixture starts is
+    started before any function-scoped fixture runs, so ``_restore_environ`` takes its
+    variables for the clean state (tests/test_policy_vllm.py did this, and the full suite
+    then failed the Ray test above). Autouse, so it is set up before the module's own
+    fixtures and torn down after them."""
+    yield from _kept_environ()
