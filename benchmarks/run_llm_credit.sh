@@ -4,7 +4,9 @@
 # all), on one family, named by its config baselines/smollm2/135m_credit_<FAMILY>.yaml:
 # split_sum_nopenalty (split-sum-v0, the default), gate (gate-v0), or split_sum (split-sum-v0
 # with the quick start's overlong penalty, whose length term outweighed the credit: closed).
-# Run in the background; a rerun reuses finished cells and resumes.
+# Run in the background; a rerun reuses finished cells and resumes. A finished cell's
+# checkpoints are deleted (--keep-checkpoints none: ~3 GiB a cell, and the page needs only
+# its metrics, evaluations and transcripts); an unfinished cell's are what it resumes from.
 #
 #   nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_split_sum_nopenalty.log 2>&1 &
 #   FAMILY=gate nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_gate.log 2>&1 &
@@ -32,7 +34,7 @@ for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished se
     continue
   fi
   if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
-    --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot; then
+    --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
     "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
   else
     echo "seed $seed failed"

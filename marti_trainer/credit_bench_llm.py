@@ -53,13 +53,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marti_env.credit import make_credit
 from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
 from marti_env.credit.replay import trains_on_siblings
 from marti_env.record import EpisodeRecord
 from marti_trainer.config import TrainConfig
+
+if TYPE_CHECKING:
+    from marti_trainer.sweep import KeepCheckpoints
 
 __all__ = ["cell_config", "run_llm_benchmark", "trained_like_none"]
 
@@ -187,13 +190,15 @@ def trained_like_none(run_dir: Path, cfg: TrainConfig) -> bool | None:
     return all(batch_like_none(batch, cfg) for batch in training_batches(path, size))
 
 
-def _run_cell(cfg: TrainConfig) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+def _run_cell(
+    cfg: TrainConfig, keep_checkpoints: KeepCheckpoints = "all"
+) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
     """Train (or reuse, or resume) one cell with the sweep runner
     (:func:`marti_trainer.sweep.run_cell_inline`); its metric history, summary and whether
     it was reused."""
     from marti_trainer.sweep import Cell, run_cell_inline
 
-    outcome = run_cell_inline(Cell(cfg.run_name, cfg.seed, (), cfg))
+    outcome = run_cell_inline(Cell(cfg.run_name, cfg.seed, (), cfg), keep_checkpoints)
     return outcome.history, outcome.summary, outcome.status == "reused"
 
 
@@ -204,11 +209,14 @@ def run_llm_benchmark(
     base: TrainConfig,
     out_dir: str | Path,
     log: Callable[[str], None] | None = None,
+    keep_checkpoints: KeepCheckpoints = "all",
 ) -> BenchResult:
     """Train every (env, method, seed) cell from ``base``; see the module docstring.
 
     ``methods`` are credit specs (``"quality:alpha=0.3"``), validated before any training;
-    ``envs`` env specs (``"mad-v0:num_agents=3"``).
+    ``envs`` env specs (``"mad-v0:num_agents=3"``). A finished cell keeps the checkpoints
+    ``keep_checkpoints`` names (:func:`marti_trainer.sweep.prune_checkpoints`): the table
+    needs none of them.
     """
     labels = [method_spec(m).label for m in methods]  # validates names and options
     if len(set(labels)) != len(labels):
@@ -226,7 +234,7 @@ def run_llm_benchmark(
             for k, method in enumerate(labels):
                 cfg = cell_config(base, env, method, seed, runs_dir, at_start=k == 0)
                 t0 = time.perf_counter()
-                history, summary, reused = _run_cell(cfg)
+                history, summary, reused = _run_cell(cfg, keep_checkpoints)
                 if k == 0:
                     acc_start = summary["accuracy_before"]
                 curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]

@@ -23,6 +23,12 @@ exactly once, however often the sweep is started, stopped and started again.
   (same initial weights, held-out set and evaluation settings: e.g. seeds, with
   ``eval.seed`` set, or learning rates) evaluate once: ``log.eval_cache`` defaults to
   ``OUT/eval_cache`` (``off`` turns it off; :mod:`marti_trainer.eval_cache`).
+* **Checkpoints of finished cells.** A checkpoint is what an unfinished cell resumes from;
+  once ``summary.json`` exists it serves only later evaluation or export, and with a
+  real model it is large (SmolLM2-135M with its Adam state: about 1.5 GiB each, two kept by
+  ``log.keep_last``). ``keep_checkpoints`` (``--keep-checkpoints``) says what a finished
+  cell keeps: ``all`` (the default), ``last`` (the newest only) or ``none``
+  (:func:`prune_checkpoints`).
 * **Backends.** ``local``: one cell after another, each in a fresh ``marti train`` process.
   ``ray``: each cell a Ray task running that same process (on a cluster, ``OUT`` must be on
   a file system every node sees). ``inline``: in this process (for callers holding a config
@@ -38,6 +44,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,12 +77,15 @@ __all__ = [
     "parse_grid",
     "parse_seeds",
     "plan_sweep",
+    "prune_checkpoints",
     "run_cell_inline",
     "run_sweep",
     "write_sweep_record",
 ]
 
 Backend = Literal["local", "ray", "inline"]
+KeepCheckpoints = Literal["all", "last", "none"]
+KEEP_CHECKPOINTS = ("all", "last", "none")
 LOCATION_KEYS = ("run_name", "log.output_dir")
 """Where a run lives: set by the sweep for each cell."""
 
@@ -339,6 +349,37 @@ def cell_status(cell: Cell) -> Literal["new", "resume", "done"]:
     return "new"
 
 
+def prune_checkpoints(run_dir: str | Path, keep: KeepCheckpoints) -> list[Path]:
+    """Delete a finished run's checkpoints but what ``keep`` names; the folders removed.
+
+    ``all``: none removed. ``last``: all but the newest ``checkpoints/step_*`` (by step).
+    ``none``: every one, and ``checkpoints/`` itself when that leaves it empty.
+
+    Raises:
+        ValueError: ``keep`` is not one of ``all``, ``last``, ``none``; or the run has no
+            ``summary.json`` (unfinished: its checkpoints are what it resumes from).
+    """
+    if keep not in KEEP_CHECKPOINTS:
+        raise ValueError(f"keep_checkpoints must be one of {KEEP_CHECKPOINTS}, got {keep!r}")
+    run_dir = Path(run_dir)
+    if not (run_dir / "summary.json").is_file():
+        raise ValueError(
+            f"{run_dir}: no summary.json, so the run is unfinished and its checkpoints are "
+            "what it resumes from; not pruned"
+        )
+    root = run_dir / "checkpoints"
+    steps = sorted(
+        (p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
+        key=lambda p: int(p.name[5:]),
+    )
+    doomed = {"all": [], "last": steps[:-1], "none": steps}[keep]
+    for path in doomed:
+        shutil.rmtree(path)
+    if keep == "none" and root.is_dir() and not any(root.iterdir()):
+        root.rmdir()
+    return doomed
+
+
 def _write_manifest(cell: Cell) -> None:
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {
@@ -382,20 +423,33 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def run_cell_inline(cell: Cell) -> CellOutcome:
+def run_cell_inline(cell: Cell, keep_checkpoints: KeepCheckpoints = "all") -> CellOutcome:
     """Reuse, resume or train ``cell`` in this process (:func:`marti_trainer.train.train`);
-    a changed config raises :class:`CellChanged`."""
+    a changed config raises :class:`CellChanged`. A finished cell then keeps the
+    checkpoints ``keep_checkpoints`` names (:func:`prune_checkpoints`)."""
     from marti_trainer.metrics import read_metrics
     from marti_trainer.train import train
 
     state = cell_status(cell)
     if state == "done":
-        return CellOutcome(cell, "reused", None, _summary(cell.run_dir), read_metrics(cell.run_dir))
-    _write_manifest(cell)
-    t0 = time.perf_counter()
-    result = train(cell.config, resume=cell.run_dir if state == "resume" else None)
-    status = "stopped" if result.stopped_by else ("resumed" if state == "resume" else "trained")
-    return CellOutcome(cell, status, None, result.summary, result.history, time.perf_counter() - t0)
+        outcome = CellOutcome(
+            cell, "reused", None, _summary(cell.run_dir), read_metrics(cell.run_dir)
+        )
+    else:
+        _write_manifest(cell)
+        t0 = time.perf_counter()
+        result = train(cell.config, resume=cell.run_dir if state == "resume" else None)
+        status = "stopped" if result.stopped_by else ("resumed" if state == "resume" else "trained")
+        outcome = CellOutcome(
+            cell, status, None, result.summary, result.history, time.perf_counter() - t0
+        )
+    _prune_finished(outcome, keep_checkpoints)
+    return outcome
+
+
+def _prune_finished(outcome: CellOutcome, keep: KeepCheckpoints) -> None:
+    if keep != "all" and outcome.status in ("reused", "trained", "resumed"):
+        prune_checkpoints(outcome.cell.run_dir, keep)
 
 
 def cell_command(cell: Cell, resume: bool) -> list[str]:
@@ -483,6 +537,7 @@ def run_sweep(
     log: Callable[[str], None] | None = None,
     ray_address: str | None = None,
     cpus_per_cell: float = 1.0,
+    keep_checkpoints: KeepCheckpoints = "all",
 ) -> list[CellOutcome]:
     """Bring every cell to finished: reuse, resume or train (see the module docstring).
 
@@ -491,10 +546,15 @@ def run_sweep(
     when one is stopped by a signal (the rest are left for the next start); a failed cell
     is recorded and the others still run. ``ray`` submits all unfinished cells as tasks
     (``cpus_per_cell`` CPUs each) to the cluster at ``ray_address`` (None: the one in
-    ``RAY_ADDRESS``, else a new local one).
+    ``RAY_ADDRESS``, else a new local one). Each finished cell (reused ones too) then
+    keeps the checkpoints ``keep_checkpoints`` names (:func:`prune_checkpoints`).
     """
     if backend not in ("local", "ray", "inline"):
         raise ValueError(f"backend must be local, ray or inline, got {backend!r}")
+    if keep_checkpoints not in KEEP_CHECKPOINTS:
+        raise ValueError(
+            f"keep_checkpoints must be one of {KEEP_CHECKPOINTS}, got {keep_checkpoints!r}"
+        )
     states = {c.name: cell_status(c) for c in cells}
     say = log or (lambda line: None)
     outcomes: dict[str, CellOutcome] = {}
@@ -502,12 +562,13 @@ def run_sweep(
     for c in cells:
         if states[c.name] == "done":
             outcomes[c.name] = CellOutcome(c, "reused", None, _summary(c.run_dir))
+            _prune_finished(outcomes[c.name], keep_checkpoints)
             say(f"{c.name}: finished before, reused")
         else:
             todo.append(c)
     if backend == "inline":
         for c in todo:
-            outcomes[c.name] = run_cell_inline(c)
+            outcomes[c.name] = run_cell_inline(c, keep_checkpoints)
             say(f"{c.name}: {outcomes[c.name].status}")
     else:
         for c in todo:
@@ -522,6 +583,7 @@ def run_sweep(
             codes = _ray_run(jobs, ray_address, cpus_per_cell) if jobs else []
             for c, code in zip(todo, codes, strict=True):
                 outcomes[c.name] = _finished(c, states[c.name], code, time.perf_counter() - t0)
+                _prune_finished(outcomes[c.name], keep_checkpoints)
                 say(_line(outcomes[c.name]))
         else:
             for c, (cmd, log_path) in zip(todo, jobs, strict=True):
@@ -530,6 +592,7 @@ def run_sweep(
                 t0 = time.perf_counter()
                 code = run_command(cmd, log_path)
                 outcomes[c.name] = _finished(c, states[c.name], code, time.perf_counter() - t0)
+                _prune_finished(outcomes[c.name], keep_checkpoints)
                 say(_line(outcomes[c.name]))
                 if outcomes[c.name].status == "stopped":
                     break

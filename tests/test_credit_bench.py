@@ -291,6 +291,8 @@ def test_cli_rejects_options_of_the_other_tier(tmp_path):
         cli(["bench", "credit", "--tier", "llm", "--updates", "3", "--out", str(tmp_path)])
     with pytest.raises(ValueError, match="add --tier llm"):
         cli(["bench", "credit", "--set", "total_steps=1", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="add --tier llm"):
+        cli(["bench", "credit", "--keep-checkpoints", "none", "--out", str(tmp_path)])
     with pytest.raises(FileNotFoundError, match=r"--config nope\.yaml: no such file"):
         cli(["bench", "credit", "--tier", "llm", "--config", "nope.yaml", "--out", str(tmp_path)])
     with pytest.raises(ValueError, match="--no-controls: fast-tier options"):

@@ -67,11 +67,16 @@ def test_a_killed_cell_resumes_and_a_changed_config_is_refused(tiny_dir, tmp_pat
     cfg = cell_config(base, "mad-v0", "none", 0, runs, at_start=True)
     train(cfg, stop_at_step=2)  # killed after step 2
     first = {h["step"]: h for h in read_metrics(runs / cfg.run_name)}
-    result = run_llm_benchmark(["none"], ["mad-v0"], [0], base, tmp_path / "out")
+    checkpoints = runs / cfg.run_name / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000001", "step_000002"]
+    result = run_llm_benchmark(
+        ["none"], ["mad-v0"], [0], base, tmp_path / "out", keep_checkpoints="last"
+    )
     history = {h["step"]: h for h in read_metrics(runs / cfg.run_name)}
     assert sorted(history) == [0, 1, 2, 3]
     assert history[2]["time"] == first[2]["time"]  # steps 1-2 were not run again
     assert result.rows[0]["acc_start"] == first[0]["eval/accuracy"]
+    assert [p.name for p in checkpoints.iterdir()] == ["step_000003"]  # finished: last kept
 
     changed = tiny_config(tiny_dir, tmp_path / "unused", total_steps=4, log__save_every=1)
     with pytest.raises(ValueError, match=r"mad-v0__none__0 holds a run with a different config"):

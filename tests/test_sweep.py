@@ -4,6 +4,7 @@ refusal of changed configs, bad grids named; one real sweep of a tiny random mod
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from marti_trainer.sweep import (
     parse_grid,
     parse_seeds,
     plan_sweep,
+    prune_checkpoints,
     run_sweep,
 )
 from marti_trainer.train import train
@@ -155,6 +157,29 @@ def test_cell_status_done_resume_new_and_changed(base_yaml, tmp_path):
         cell_status(changed)
 
 
+def test_prune_checkpoints_keeps_what_it_is_told(tmp_path):
+    def run_with(*steps: str) -> Path:
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        for step in steps:
+            (run / "checkpoints" / step).mkdir(parents=True)
+            (run / "checkpoints" / step / "state.json").write_text("{}")
+        return run
+
+    unfinished = run_with("step_9")
+    where = re.escape(str(unfinished))
+    with pytest.raises(ValueError, match=rf"{where}: no summary.json, .*; not pruned"):
+        prune_checkpoints(unfinished, "none")
+    assert (unfinished / "checkpoints" / "step_9").is_dir()
+    for keep, left in (("all", ["step_10", "step_9"]), ("last", ["step_10"]), ("none", None)):
+        run = run_with("step_9", "step_10")  # by step number, not by name: 10 is the last
+        (run / "summary.json").write_text("{}")
+        prune_checkpoints(run, keep)
+        kept = sorted(p.name for p in (run / "checkpoints").iterdir()) if left else None
+        assert kept == left and (run / "checkpoints").exists() == (left is not None)
+    with pytest.raises(ValueError, match=r"keep_checkpoints must be one of .* got 'first'"):
+        prune_checkpoints(run, "first")  # type: ignore[arg-type]
+
+
 def test_config_changes_ignore_location_and_logging(base_yaml, tmp_path):
     a = load_config(base_yaml, ["run_name=x", "log.output_dir=/a", "log.save_every=1"])
     b = load_config(base_yaml, ["run_name=y", "log.output_dir=/b", "optim.lr=2e-5"])
@@ -230,9 +255,11 @@ def test_local_sweep_resumes_a_killed_cell_and_reuses_finished_ones(tiny_dir, tm
     assert "--resume" in (killed.run_dir / "train.log").read_text()
 
     finished = {c.name: (c.run_dir / "summary.json").stat().st_mtime for c in cells}
-    assert main(args) == 0  # again: nothing runs
+    assert main([*args, "--keep-checkpoints", "last"]) == 0  # again: nothing runs
     assert "0 trained, 0 resumed, 2 reused" in capsys.readouterr().out
     assert finished == {c.name: (c.run_dir / "summary.json").stat().st_mtime for c in cells}
+    for c in cells:  # the reused cells kept only their final checkpoint
+        assert [p.name for p in (c.run_dir / "checkpoints").iterdir()] == ["step_000002"]
 
     # a changed config is refused before any cell runs, naming the cell and the key
     assert main([*args, "--set", "optim.lr=0.002"]) == 2

@@ -143,6 +143,11 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a base config field, e.g. total_steps=6 (repeatable)",
     )  # fmt: skip
+    llm.add_argument(
+        "--keep-checkpoints", choices=("all", "last", "none"), default=None,
+        help="what a finished cell keeps of its checkpoints (~1.5 GiB each with SmolLM2-135M; "
+        "the table needs none): all (default), the last, none",
+    )  # fmt: skip
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--quiet", action="store_true", help="print the table only")
 
@@ -221,8 +226,8 @@ def _check_tier_options(args: argparse.Namespace) -> None:
                 "--no-controls" if n == "controls" else "--" + n.replace("_", "-") for n in given
             )
             raise ValueError(f"{flags}: fast-tier options; the llm tier takes --config and --set")
-    elif args.config is not None or args.overrides:
-        raise ValueError("--config/--set configure the llm tier; add --tier llm")
+    elif args.config is not None or args.overrides or args.keep_checkpoints is not None:
+        raise ValueError("--config/--set/--keep-checkpoints configure the llm tier; add --tier llm")
 
 
 def run_credit_bench(args: argparse.Namespace) -> int:
@@ -250,7 +255,7 @@ def run_credit_bench(args: argparse.Namespace) -> int:
             methods,
             _csv(args.envs or LLM_DEFAULTS["envs"], "envs"),
             _seeds(args.seeds or LLM_DEFAULTS["seeds"]),
-            base, out, log=log,
+            base, out, log=log, keep_checkpoints=args.keep_checkpoints or "all",
         )  # fmt: skip
     else:
         given = {n: getattr(args, n) for n in FAST_ONLY if getattr(args, n) is not None}

@@ -54,6 +54,11 @@ def add_sweep_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         help="Ray cluster to join (default $RAY_ADDRESS or a new local one)",
     )
     parser.add_argument("--cpus-per-cell", type=float, default=1.0, help="Ray CPUs per cell (1)")
+    parser.add_argument(
+        "--keep-checkpoints", choices=("all", "last", "none"), default="all",
+        help="what a finished cell keeps of its checkpoints (they are only for resuming "
+        "and later evaluation; ~1.5 GiB each with SmolLM2-135M): all (default), the last, none",
+    )  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print the cells and their state only")
     parser.set_defaults(func=run_sweep_command)
     return parser
@@ -91,7 +96,9 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    outcomes = run_sweep(cells, args.backend, log, args.ray_address, args.cpus_per_cell)
+    outcomes = run_sweep(
+        cells, args.backend, log, args.ray_address, args.cpus_per_cell, args.keep_checkpoints
+    )
     write_sweep_record(out, args.config, seeds, grid, args.fixed, outcomes)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("reused", "trained", "resumed")}
     bad = [o for o in outcomes if o.status in ("failed", "stopped")]
