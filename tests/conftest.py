@@ -84,7 +84,9 @@ def _restore_environ():
     variables (``LD_PRELOAD`` of torch's libgomp, inductor thread counts, ...) that later
     child processes such as Ray workers inherit: on an Intel Xeon with AMX, a vLLM test
     followed by test_ray_training_resumes_and_matches_local made that test's Ray actors
-    compute a 1% different entropy at its resumed step."""
+    compute a 1% different entropy at its resumed step. ``VLLMPolicy`` now undoes them itself
+    (``_engine_environ``, tested in tests/test_policy_vllm.py); this guards the suite
+    against any other test or library that leaves variables set."""
     yield from _kept_environ()
 
 
