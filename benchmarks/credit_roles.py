@@ -21,7 +21,10 @@ Collect from run folders (all of one env), then render::
 
 ``collect`` reads each run's ``config.yaml`` (its method label ``exp_name``, seed and the
 env's kwargs) and keeps small counts only; ``render`` prints one markdown row per (method,
-seed, step).
+seed, step). ``collect --merge`` adds the runs to an existing file, replacing those of the
+same name and keeping the rest: the evaluation records stay on the machine that ran them
+(``runs/`` is not committed), so ``benchmarks/run_llm_credit.sh`` merges each seed's counts
+into the committed file as the seed finishes, and a fresh clone's seeds add to it.
 """
 
 from __future__ import annotations
@@ -162,6 +165,21 @@ def collect(run_dirs: list[Path]) -> dict[str, Any]:
     return {"env_id": env_ids.pop() if env_ids else None, "runs": runs}
 
 
+def merge(old: dict[str, Any], new: dict[str, Any], where: str) -> dict[str, Any]:
+    """``old``'s runs with ``new``'s added; a run of the same name is replaced by ``new``'s.
+
+    Raises:
+        ValueError: the two hold runs of different envs (naming ``where``, the old file).
+    """
+    if old["env_id"] is not None and new["env_id"] not in (None, old["env_id"]):
+        raise ValueError(
+            f"{where}: holds runs of {old['env_id']!r}, the new runs are {new['env_id']!r}"
+        )
+    names = {run["run"] for run in new["runs"]}
+    runs = [run for run in old["runs"] if run["run"] not in names] + new["runs"]
+    return {"env_id": old["env_id"] or new["env_id"], "runs": sorted(runs, key=lambda r: r["run"])}
+
+
 def _pct(num: float, den: float) -> str:
     return "n/a" if den == 0 else f"{100 * num / den:.1f}"
 
@@ -223,11 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("collect", help="reduce run folders to per-role counts")
     c.add_argument("runs", nargs="+", type=Path)
     c.add_argument("--out", type=Path, required=True)
+    c.add_argument(
+        "--merge",
+        action="store_true",
+        help="add to --out's runs (same name: replaced) instead of overwriting it",
+    )
     r = sub.add_parser("render", help="print the markdown table of a collected file")
     r.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.cmd == "collect":
-        args.out.write_text(json.dumps(collect(args.runs), indent=1) + "\n", encoding="utf-8")
+        data = collect(args.runs)
+        if args.merge and args.out.is_file():
+            data = merge(json.loads(args.out.read_text(encoding="utf-8")), data, str(args.out))
+        args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     else:
         print(render(json.loads(args.path.read_text(encoding="utf-8"))))
     return 0

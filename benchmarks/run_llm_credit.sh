@@ -2,8 +2,9 @@
 # The credit benchmark's LLM tier (issue 18): `none` against `shapley` with SmolLM2-135M,
 # 10 paired seeds, 1,000 held-out problems each (10-25 min a cell on 2 cores: hours in
 # all), on one family, named by its config baselines/smollm2/135m_credit_<FAMILY>.yaml:
-# split_sum_nopenalty (split-sum-v0, the default), gate (gate-v0), or split_sum (split-sum-v0
-# with the quick start's overlong penalty, whose length term outweighed the credit: closed).
+# split_sum_nopenalty (split-sum-v0, the default), split_sum_d4 (its 4-distractor instance),
+# gate (gate-v0), or split_sum (split-sum-v0 with the quick start's overlong penalty, whose
+# length term outweighed the credit: closed).
 # Run in the background; a rerun reuses finished cells and resumes. A finished cell's
 # checkpoints are deleted (--keep-checkpoints none: ~3 GiB a cell, and the page needs only
 # its metrics, evaluations and transcripts); an unfinished cell's are what it resumes from.
@@ -11,18 +12,20 @@
 #   nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_split_sum_nopenalty.log 2>&1 &
 #   FAMILY=gate nohup bash benchmarks/run_llm_credit.sh > runs/credit_llm_gate.log 2>&1 &
 #
-# Every finished cell is digested at once into docs/results/digests/credit_llm_<family>/
-# (commit them); a seed whose two digests are there is skipped, so a fresh clone continues
-# where the committed digests end. The page: benchmarks/report_llm_credit.sh (from the
+# Every finished cell is digested at once into docs/results/digests/credit_llm_<family>/,
+# and each finished seed's per-role counts are merged into
+# docs/results/credit_llm_<family>_roles.json (benchmarks/credit_roles.py; commit both: the
+# evaluation records they come from stay in runs/); a seed whose two digests are there is
+# skipped, so a fresh clone continues where the committed digests end. The page: benchmarks/report_llm_credit.sh (from the
 # digests; OUT/results.json covers only the seeds run in this clone).
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
 FAMILY=${FAMILY:-split_sum_nopenalty}
 case "$FAMILY" in
-  split_sum|split_sum_nopenalty) ENV_ID=split-sum-v0 ;;
+  split_sum|split_sum_nopenalty|split_sum_d4) ENV_ID=split-sum-v0 ;;
   gate) ENV_ID=gate-v0 ;;
-  *) echo "FAMILY must be split_sum_nopenalty, gate or split_sum, got '$FAMILY'" >&2; exit 2 ;;
+  *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate or split_sum, got '$FAMILY'" >&2; exit 2 ;;
 esac
 CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
 OUT=runs/credit_llm_$FAMILY
@@ -36,6 +39,9 @@ for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished se
   if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
     --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
     "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
+    "$(dirname "$MARTI")/python" benchmarks/credit_roles.py collect \
+      "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__shapley__$seed" \
+      --out "docs/results/credit_llm_${FAMILY}_roles.json" --merge
   else
     echo "seed $seed failed"
   fi

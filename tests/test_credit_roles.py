@@ -12,6 +12,7 @@ from marti_env.workflows.split_sum import split_instance
 from tests.test_evaluate import _load_benchmark
 
 roles = _load_benchmark("credit_roles")
+KWARGS = {"num_solvers": 2, "num_distractors": 2, "difficulty": 1}  # _run's default
 TASK = Task("arithmetic/test/L1/0", "What is 95 - 42?", "53", "arithmetic/level1")
 
 
@@ -25,7 +26,7 @@ def _record(answers: dict[str, str | None], outcome: float, scores=None) -> dict
 def _run(tmp_path, records, kwargs=None, env_id="split-sum-v0"):
     run = tmp_path / "split-sum-v0__none__3"
     (run / "eval").mkdir(parents=True)
-    kwargs = {"num_solvers": 2, "num_distractors": 2, "difficulty": 1} if kwargs is None else kwargs
+    kwargs = KWARGS if kwargs is None else kwargs
     config = {"exp_name": "none", "seed": 3, "env": {"id": env_id, "kwargs": kwargs}}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     lines = [json.dumps(r) for r in records]
@@ -108,3 +109,36 @@ def test_runs_of_two_envs_are_refused(tmp_path):
     b = _run(tmp_path / "b", [_record(gate, 0.0)], kwargs={}, env_id="gate-v0")
     with pytest.raises(ValueError, match=r"env 'gate-v0', but earlier runs are"):
         roles.collect([a, b])
+
+
+def test_collect_merge_adds_seeds_to_the_committed_file(tmp_path):
+    """Each seed's counts are merged into the file as it finishes: earlier runs stay, a rerun
+    of the same run replaces its row, and a file of another env is refused."""
+    ok = {"solver_0": "1", "solver_1": "2", "distractor_0": None, "distractor_1": None}
+    out = tmp_path / "roles.json"
+    first = _run(tmp_path / "a", [_record(ok, 0.0)])
+    assert roles.main(["collect", str(first), "--out", str(out)]) == 0
+    second = first.rename(tmp_path / "a" / "split-sum-v0__shapley__4")
+    (second / "config.yaml").write_text(
+        yaml.safe_dump(
+            {"exp_name": "shapley", "seed": 4, "env": {"id": "split-sum-v0", "kwargs": KWARGS}}
+        )
+    )
+    assert roles.main(["collect", str(second), "--out", str(out), "--merge"]) == 0
+    again = _run(tmp_path / "b", [_record(ok, 1.0)])  # split-sum-v0__none__3 rerun
+    assert roles.main(["collect", str(again), "--out", str(out), "--merge"]) == 0
+    data = json.loads(out.read_text())
+    assert [(r["run"], r["steps"]["15"]["team"]) for r in data["runs"]] == [
+        ("split-sum-v0__none__3", 1),
+        ("split-sum-v0__shapley__4", 0),
+    ]
+    gate = _run(
+        tmp_path / "c",
+        [_record({"generator_0": "1", "verifier_0": None}, 0.0)],
+        kwargs={},
+        env_id="gate-v0",
+    )
+    with pytest.raises(ValueError, match=r"roles.json: holds runs of 'split-sum-v0', the new"):
+        roles.main(["collect", str(gate), "--out", str(out), "--merge"])
+    assert roles.main(["collect", str(gate), "--out", str(out)]) == 0  # without: overwritten
+    assert json.loads(out.read_text())["env_id"] == "gate-v0"
