@@ -16,11 +16,13 @@
 # and each finished seed's per-role counts are merged into
 # docs/results/credit_llm_<family>_roles.json (benchmarks/credit_roles.py; commit both: the
 # evaluation records they come from stay in runs/); a seed whose two digests are there is
-# skipped, so a fresh clone continues where the committed digests end. The page: benchmarks/report_llm_credit.sh (from the
-# digests; OUT/results.json covers only the seeds run in this clone).
+# skipped, so a fresh clone continues where the committed digests end. The page:
+# benchmarks/report_llm_credit.sh (from the digests; OUT/results.json covers only the seeds
+# run in this clone).
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
+PYTHON=${PYTHON:-.venv/bin/python}
 FAMILY=${FAMILY:-split_sum_nopenalty}
 case "$FAMILY" in
   split_sum|split_sum_nopenalty|split_sum_d4) ENV_ID=split-sum-v0 ;;
@@ -39,7 +41,7 @@ for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished se
   if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
     --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
     "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
-    "$(dirname "$MARTI")/python" benchmarks/credit_roles.py collect \
+    "$PYTHON" benchmarks/credit_roles.py collect \
       "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__shapley__$seed" \
       --out "docs/results/credit_llm_${FAMILY}_roles.json" --merge
   else
