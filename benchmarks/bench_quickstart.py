@@ -21,6 +21,7 @@ a micro-batch of 2048 tokens).
 
     python benchmarks/bench_quickstart.py                       # default, fp32, vllm, async
     python benchmarks/bench_quickstart.py --variant default --variant lr=optim.lr=2e-5
+    python benchmarks/bench_quickstart.py --variant fp32 --variant bf16   # emulated bf16?
     python benchmarks/bench_quickstart.py --out docs/results/bench_quickstart_profile.json
     python benchmarks/bench_quickstart.py --render docs/results/bench_quickstart_profile.json
 
@@ -49,6 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "default": [],
     "fp32": ["optim.precision=fp32", "rollout.dtype=float32"],
+    "bf16": ["optim.precision=bf16", "rollout.dtype=bfloat16"],
     "vllm": ["rollout.backend=vllm"],
     "async": ["rollout.mode=async"],
 }
@@ -167,8 +169,8 @@ def main() -> None:
     parser.add_argument(
         "--variant",
         action="append",
-        help="NAME (built-in: default, fp32, vllm, async) or NAME=key=value,key=value; "
-        "repeatable (default: the four built-ins)",
+        help="NAME (built-in: default, fp32, bf16, vllm, async) or NAME=key=value,key=value; "
+        "repeatable (default: default, fp32, vllm, async)",
     )
     parser.add_argument("--probe-shape", default="2048,576,1536", help="m,k,n of the probe")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -178,7 +180,7 @@ def main() -> None:
         print(render(json.loads(Path(args.render).read_text())))
         return
     variants = []
-    for item in args.variant or list(VARIANTS):
+    for item in args.variant or ["default", "fp32", "vllm", "async"]:
         name, _, spec = item.partition("=")
         overrides = [o for o in spec.split(",") if o] if spec else VARIANTS.get(name)
         if overrides is None:

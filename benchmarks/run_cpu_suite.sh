@@ -17,6 +17,7 @@
 # refused as changed (eval.seed: None -> 0): delete it.
 set -u
 cd "$(dirname "$0")/.."
+. benchmarks/require_native_bf16.sh
 MARTI=${MARTI:-.venv/bin/marti}
 SEEDS=${SEEDS:-"0 1 2 3 4 5"}
 CONFIGS=${CONFIGS:-"135m_single_none 135m_mad2x2_none 135m_mad2x2_quality"}

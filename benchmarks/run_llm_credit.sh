@@ -30,6 +30,7 @@ case "$FAMILY" in
   *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate or split_sum, got '$FAMILY'" >&2; exit 2 ;;
 esac
 CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
+. benchmarks/require_native_bf16.sh
 OUT=runs/credit_llm_$FAMILY
 DIGESTS=docs/results/digests/credit_llm_$FAMILY
 for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished seed is paired

@@ -15,7 +15,15 @@ The rule (:func:`choose_precision`), from the per-phase profile
   avx512_bf16) and 56 s against 97 s (an Intel Xeon with avx512_bf16, no AMX), although a
   plain fp32 matmul probe was *faster* than bf16 on the Xeon: the step's own kernels, not a
   matmul probe, decide.
-- Any other CPU: fp32 (bf16 there is emulated; not measured on such a CPU).
+- Any other CPU: fp32. bf16 there is emulated: on an AMD EPYC with AVX2 only (no AVX-512),
+  a 512x576 @ 576x1536 matmul ran 144 GFLOP/s in fp32, 1.2 in bf16 and 16 under bf16
+  autocast, and the quick-start test (2 steps, 8 held-out problems) ran past its 900 s
+  limit in bf16 (``python benchmarks/bench_quickstart.py --variant default --variant
+  bf16``, README "Where a training step's time goes", compares the whole step side by side).
+
+An explicit ``bf16`` on a CPU without native bf16 is kept (the run asked for it), and the
+reason says it is emulated (:func:`emulation_warning`), so the run's header shows why it is
+slow.
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ __all__ = [
     "PrecisionChoice",
     "choose_precision",
     "concrete_precision",
+    "emulation_warning",
     "keep_resumed",
+    "native_dtype",
     "resolve_config",
     "resolve_precision",
 ]
@@ -80,6 +90,34 @@ def choose_precision(device_type: str, cuda_bf16: bool, cpu_flags: list[str]) ->
     return "fp32", "auto: a CPU without native bf16 (no avx512_bf16 or amx_bf16 flag)"
 
 
+def emulation_warning(
+    device_type: str, cpu_flags: list[str], precision: str, rollout_dtype: str
+) -> str | None:
+    """A warning when an explicit bf16 setting runs on a CPU without native bf16, else None.
+
+    Args:
+        device_type: ``"cuda"`` or ``"cpu"``.
+        cpu_flags: The CPU's native-bf16 flags (:func:`cpu_bf16_flags`).
+        precision: ``optim.precision`` (``bf16`` or ``fp32``).
+        rollout_dtype: ``rollout.dtype`` (``bfloat16`` or ``float32``).
+    """
+    if device_type == "cuda" or cpu_flags:
+        return None
+    asked = [s for s, bf16 in (("optim.precision", precision == "bf16"),
+                               ("rollout.dtype", rollout_dtype == "bfloat16")) if bf16]  # fmt: skip
+    if not asked:
+        return None
+    return (
+        f"{' and '.join(asked)} set to bf16 on a CPU without native bf16 (no avx512_bf16 or "
+        f"amx_bf16 flag): bf16 is emulated here, many times slower than fp32 (auto picks fp32)"
+    )
+
+
+def native_dtype(device: torch.device) -> str:
+    """The rollout dtype ``auto`` picks for ``device`` (``"bfloat16"`` or ``"float32"``)."""
+    return resolve_precision("auto", "auto", device).rollout_dtype
+
+
 def resolve_precision(precision: str, rollout_dtype: str, device: torch.device) -> PrecisionChoice:
     """``optim.precision`` and ``rollout.dtype`` with ``auto`` replaced for ``device``.
 
@@ -106,6 +144,10 @@ def resolve_precision(precision: str, rollout_dtype: str, device: torch.device) 
         reason = "set explicitly"
     if rollout_dtype == "auto":
         rollout_dtype = "bfloat16" if precision == "bf16" else "float32"
+    if device.type != "cuda":
+        warning = emulation_warning(device.type, cpu_bf16_flags(), precision, rollout_dtype)
+        if warning:
+            reason = f"{reason}; warning: {warning}"
     return PrecisionChoice(precision, rollout_dtype, reason)
 
 

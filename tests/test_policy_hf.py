@@ -484,8 +484,9 @@ ONE_SHOT = [
 
 @pytest.fixture(scope="session")
 def real_policy():
-    """The default model (bf16), loaded once per session."""
-    with HFPolicy("smollm2-135m-instruct", dtype="bfloat16", seed=0) as pol:
+    """The default model in this machine's native dtype (bf16 where the CPU has it, else
+    fp32: emulated bf16 is many times slower), loaded once per session."""
+    with HFPolicy("smollm2-135m-instruct", seed=0) as pol:
         yield pol
 
 

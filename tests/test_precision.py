@@ -7,7 +7,13 @@ import torch
 from marti_trainer.config import OptimConfig, TrainConfig
 from marti_trainer.engines.torch_engine import TorchEngine
 from marti_trainer.machine import cpu_bf16_flags, cpu_flags
-from marti_trainer.precision import choose_precision, resolve_config, resolve_precision
+from marti_trainer.precision import (
+    choose_precision,
+    emulation_warning,
+    native_dtype,
+    resolve_config,
+    resolve_precision,
+)
 
 CPUINFO = """processor : 0
 flags : fpu vme avx512f avx512_bf16 avx512_vnni
@@ -38,16 +44,43 @@ def test_flags_are_read_from_cpuinfo():
 
 def test_explicit_settings_win_and_the_rollout_dtype_follows_auto():
     cpu = torch.device("cpu")
-    assert resolve_precision("fp32", "bfloat16", cpu).as_dict() == {
+    explicit = resolve_precision("fp32", "bfloat16", cpu).as_dict()
+    assert explicit == {
         "precision": "fp32",
         "rollout_dtype": "bfloat16",
-        "reason": "set explicitly",
+        "reason": "set explicitly"
+        + (
+            ""
+            if cpu_bf16_flags()
+            else f"; warning: {emulation_warning('cpu', [], 'fp32', 'bfloat16')}"
+        ),
     }
     assert resolve_precision("fp32", "auto", cpu).rollout_dtype == "float32"
     assert resolve_precision("bf16", "auto", cpu).rollout_dtype == "bfloat16"
     auto = resolve_precision("auto", "auto", cpu)
     expected = "bf16" if cpu_bf16_flags() else "fp32"
     assert auto.precision == expected and auto.reason.startswith("auto: a CPU")
+
+
+def test_explicit_bf16_on_a_cpu_that_emulates_it_is_kept_with_a_warning():
+    assert emulation_warning("cpu", ["avx512_bf16"], "bf16", "bfloat16") is None
+    assert emulation_warning("cuda", [], "bf16", "bfloat16") is None
+    assert emulation_warning("cpu", [], "fp32", "float32") is None
+    both = emulation_warning("cpu", [], "bf16", "bfloat16")
+    assert both.startswith("optim.precision and rollout.dtype set to bf16") and "emulated" in both
+    assert emulation_warning("cpu", [], "fp32", "bfloat16").startswith("rollout.dtype set to")
+    assert emulation_warning("cpu", [], "bf16", "float32").startswith("optim.precision set to")
+
+
+def test_a_policy_without_a_dtype_loads_the_native_one(tmp_path):
+    from marti_trainer.models import tiny_random_model
+    from marti_trainer.policies.hf import HFPolicy
+
+    tiny_dir = tiny_random_model(tmp_path / "m", seed=0)
+
+    assert native_dtype(torch.device("cpu")) == ("bfloat16" if cpu_bf16_flags() else "float32")
+    with HFPolicy(tiny_dir) as policy:
+        assert policy.model.dtype == getattr(torch, native_dtype(torch.device("cpu")))
 
 
 def test_the_defaults_are_auto_and_resolve_to_concrete_values():

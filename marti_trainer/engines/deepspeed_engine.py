@@ -67,7 +67,10 @@ def ds_config(cfg: OptimConfig) -> dict[str, Any]:
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,
         "gradient_clipping": cfg.max_grad_norm,
-        "zero_optimization": {"stage": cfg.zero_stage},
+        # memory_efficient_linear (ZeRO-3's default) replaces torch.nn.functional.linear
+        # process-wide and never puts it back: every later model in the process, trained
+        # or not, went through DeepSpeed's autograd function.
+        "zero_optimization": {"stage": cfg.zero_stage, "memory_efficient_linear": False},
         "bf16": {"enabled": cfg.precision == "bf16"},  # "auto" is resolved by the engine
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,

@@ -74,6 +74,7 @@ from marti_trainer.policies.hf_decode import (
     to_generation,
     tokenize_one,
 )
+from marti_trainer.precision import native_dtype
 
 __all__ = ["HFPolicy", "hf_generate_each"]
 
@@ -88,8 +89,11 @@ class HFPolicy(Policy, GeneratesEach, ContinuousBatching):
             :func:`marti_trainer.models.resolve_model`), or an already loaded
             ``PreTrainedModel``, which is used as is (not copied, cast or moved:
             ``load_weights`` and ``add_adapter`` then modify it).
-        dtype: ``"bfloat16"`` or ``"float32"`` weights; None means bfloat16 for a path and the
-            model's own dtype for a loaded model (an explicit dtype must then match it).
+        dtype: ``"bfloat16"`` or ``"float32"`` weights. None means, for a path, the dtype
+            ``rollout.dtype: auto`` picks for ``device``
+            (:func:`marti_trainer.precision.native_dtype`: bfloat16 where the GPU or CPU has
+            native bf16, else float32, since emulated bf16 is many times slower), and for a
+            loaded model its own dtype (an explicit dtype must then match it).
         device: torch device for a model loaded from a path (``"cpu"``, ``"cuda:0"``...).
         batch_size: rows (prompt x sample) decoded together, >= 1.
         seed: seeds the policy's generator, which draws per-sample seeds when
@@ -140,7 +144,7 @@ class HFPolicy(Policy, GeneratesEach, ContinuousBatching):
             source = resolve_model(model)
             self._model = AutoModelForCausalLM.from_pretrained(
                 source,
-                dtype=_DTYPES[dtype or "bfloat16"],
+                dtype=_DTYPES[dtype or native_dtype(torch.device(device))],
                 local_files_only=True,
                 attn_implementation=resolve_attention(attn_implementation, device),
             ).to(device)
