@@ -16,9 +16,11 @@ The rule (:func:`choose_precision`), from the per-phase profile
   plain fp32 matmul probe was *faster* than bf16 on the Xeon: the step's own kernels, not a
   matmul probe, decide.
 - Any other CPU: fp32. bf16 there is emulated: on an AMD EPYC with AVX2 only (no AVX-512),
-  a 512x576 @ 576x1536 matmul ran 144 GFLOP/s in fp32, 1.2 in bf16 and 16 under bf16
-  autocast, and the quick-start test (2 steps, 8 held-out problems) ran past its 900 s
-  limit in bf16 (``python benchmarks/bench_quickstart.py --variant default --variant
+  a 512x576 @ 576x1536 matmul (SmolLM2-135M's MLP) ran 144 GFLOP/s in fp32, 1.2 in bf16 and
+  16 under bf16 autocast; the LLM credit tier's step-0 evaluation in bf16 (1,000 problems,
+  8,000 generations) took 6,591 s there, against 614-754 s for 6,000 generations on CPUs
+  with avx512_bf16; and the quick-start test (2 steps, 8 held-out problems) ran past its
+  900 s limit in bf16 (``python benchmarks/bench_quickstart.py --variant default --variant
   bf16``, README "Where a training step's time goes", compares the whole step side by side).
 
 An explicit ``bf16`` on a CPU without native bf16 is kept (the run asked for it), and the
@@ -58,7 +60,8 @@ class PrecisionChoice:
     Attributes:
         precision: ``"bf16"`` or ``"fp32"`` (``optim.precision``).
         rollout_dtype: ``"bfloat16"`` or ``"float32"`` (``rollout.dtype``).
-        reason: One line: the rule that chose, or ``"set explicitly"``.
+        reason: One line: the rule that chose, or ``"set explicitly"``, followed by
+            ``"; warning: ..."`` when an explicit bf16 setting is emulated on this CPU.
     """
 
     precision: str
@@ -98,8 +101,8 @@ def emulation_warning(
     Args:
         device_type: ``"cuda"`` or ``"cpu"``.
         cpu_flags: The CPU's native-bf16 flags (:func:`cpu_bf16_flags`).
-        precision: ``optim.precision`` (``bf16`` or ``fp32``).
-        rollout_dtype: ``rollout.dtype`` (``bfloat16`` or ``float32``).
+        precision: ``optim.precision`` as set (``auto``, ``bf16`` or ``fp32``).
+        rollout_dtype: ``rollout.dtype`` as set (``auto``, ``bfloat16`` or ``float32``).
     """
     if device_type == "cuda" or cpu_flags:
         return None
@@ -129,6 +132,7 @@ def resolve_precision(precision: str, rollout_dtype: str, device: torch.device) 
         raise ValueError(f"optim.precision must be auto, bf16 or fp32, got {precision!r}")
     if rollout_dtype not in ("auto", "bfloat16", "float32"):
         raise ValueError(f"rollout.dtype must be auto, bfloat16 or float32, got {rollout_dtype!r}")
+    given_precision, given_dtype = precision, rollout_dtype
     if precision == "auto":
         if device.type == "cuda" and not torch.cuda.is_available():
             # a Ray driver without a GPU planning for GPU actors: Ampere or newer assumed
@@ -144,10 +148,11 @@ def resolve_precision(precision: str, rollout_dtype: str, device: torch.device) 
         reason = "set explicitly"
     if rollout_dtype == "auto":
         rollout_dtype = "bfloat16" if precision == "bf16" else "float32"
-    if device.type != "cuda":
-        warning = emulation_warning(device.type, cpu_bf16_flags(), precision, rollout_dtype)
-        if warning:
-            reason = f"{reason}; warning: {warning}"
+    # only explicit settings are warned about: auto never picks an emulated bf16
+    flags = cpu_bf16_flags() if device.type != "cuda" else []
+    warning = emulation_warning(device.type, flags, given_precision, given_dtype)
+    if warning:
+        reason = f"{reason}; warning: {warning}"
     return PrecisionChoice(precision, rollout_dtype, reason)
 
 

@@ -70,6 +70,12 @@ def test_explicit_bf16_on_a_cpu_that_emulates_it_is_kept_with_a_warning():
     assert both.startswith("optim.precision and rollout.dtype set to bf16") and "emulated" in both
     assert emulation_warning("cpu", [], "fp32", "bfloat16").startswith("rollout.dtype set to")
     assert emulation_warning("cpu", [], "bf16", "float32").startswith("optim.precision set to")
+    assert emulation_warning("cpu", [], "auto", "auto") is None  # auto never picks it there
+    # a rollout dtype that follows an explicit bf16 is not named as set
+    assert emulation_warning("cpu", [], "bf16", "auto").startswith("optim.precision set to")
+    followed = resolve_precision("bf16", "auto", torch.device("cpu")).reason
+    assert "rollout.dtype" not in followed
+    assert ("warning" in followed) == (not cpu_bf16_flags())
 
 
 def test_a_policy_without_a_dtype_loads_the_native_one(tmp_path):

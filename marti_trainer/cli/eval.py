@@ -105,7 +105,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=None, help="root seed (0; run's)")
     p.add_argument(
-        "--dtype", choices=("bfloat16", "float32"), default=None, help="hf only (bf16; run's)"
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default=None,
+        help="hf only (bfloat16 where the device has native bf16, else float32; run's)",
     )
     p.add_argument("--batch-size", type=int, default=None, help="hf static batch size (32; run's)")
     p.add_argument(
@@ -155,7 +158,7 @@ def _tasks(data: Any, limit: int | None, levels: str) -> list[Any]:
 
 _DEFAULTS = {
     "k": 4, "temperature": 0.7, "max_tokens": 256, "mode": "async", "seed": 0,
-    "dtype": "bfloat16", "batch_size": 32, "chunk_tasks": 16,
+    "batch_size": 32, "chunk_tasks": 16,
 }  # fmt: skip
 
 
@@ -209,6 +212,11 @@ def _fill_defaults(args: argparse.Namespace, trained: Any) -> dict[str, Any]:
         for key, value in _DEFAULTS.items():
             if getattr(args, key) is None:
                 setattr(args, key, value)
+        if args.dtype is None and args.backend == "hf":  # emulated bf16 is many times slower
+            from marti_trainer.precision import native_dtype
+            from marti_trainer.team import resolve_device
+
+            args.dtype = native_dtype(resolve_device(args.device, "--device"))
         return env_kwargs
     cfg = trained.config
     if args.env is None or args.env == cfg.env.id:
@@ -313,7 +321,7 @@ def run_eval(args: argparse.Namespace) -> int:
     label = "simulated" if args.backend == "simulated" else str(args.model)
     if trained is not None:
         label = f"{trained.checkpoint.parent.parent.name}/{trained.checkpoint.name}/{trained.unit}"
-        print(f"evaluating {label} with {_settings(args, env_kwargs)}", file=sys.stderr)
+    print(f"evaluating {label} with {_settings(args, env_kwargs)}", file=sys.stderr)
     # The run's own held-out evaluation, repeated exactly: one greedy episode (each distinct
     # prompt generated once) or k sampled ones (eval.samples), each round's requests of a
     # chunk in one batch.
