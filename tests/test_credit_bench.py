@@ -317,6 +317,23 @@ def test_cli_no_controls_leaves_the_control_runs_out(tmp_path):
     assert {"oracle", "random", "none@reseed"} <= {r["method"] for r in rows}
 
 
+def test_cli_min_effect_and_train_seed_offset_reach_the_config(tmp_path):
+    argv = ["bench", "credit", "--methods", "none", "--envs", "chain-v0", "--seeds", "0", *SMALL,
+            "--no-controls"]  # fmt: skip
+    cli([*argv, "--out", str(tmp_path / "a")])
+    other = ["--min-effect", "0.05", "--train-seed-offset", "1000"]
+    cli([*argv, *other, "--out", str(tmp_path / "b")])
+    a, b = (json.loads((tmp_path / n / "results.json").read_text()) for n in "ab")
+    assert (a["config"]["min_effect"], a["config"]["train_seed_offset"]) == (0.02, 0)
+    assert (b["config"]["min_effect"], b["config"]["train_seed_offset"]) == (0.05, 1000)
+    # the same team, other training draws: the run differs
+    assert a["rows"][0]["acc_final"] != b["rows"][0]["acc_final"] or (
+        a["rows"][0]["acc_auc"] != b["rows"][0]["acc_auc"]
+    )
+    with pytest.raises(ValueError, match="--min-effect: fast-tier options"):
+        cli(["bench", "credit", "--tier", "llm", "--min-effect", "0.1", "--out", str(tmp_path)])
+
+
 @pytest.fixture
 def forget_round_relative():
     """The docs example registers a method; unregister it (and forget the file ran) after the

@@ -97,14 +97,13 @@ def test_bad_entry_points_name_the_spec_and_what_failed(tmp_path, method_file):
     _FILES.pop(broken.resolve(), None)
 
 
-def test_marti_train_trains_with_a_method_from_a_file(tmp_path, method_file, capsys):
+def _tiny_config(tmp_path: Path, credit: str, credit_kwargs: str = "{w: 2.0}") -> Path:
     tiny = tiny_random_model(tmp_path / "model", seed=0)
     config = tmp_path / "tiny.yaml"
-    spec = f"{method_file}:AnswerLength"
     config.write_text(
         f"exp_name: outside\ntotal_steps: 2\nrun_name: r\nmodel: {{name: {tiny}}}\n"
-        f"env: {{kwargs: {{num_agents: 2, rounds: 1}}, credit: '{spec}', "
-        "credit_kwargs: {w: 2.0}, "
+        f"env: {{kwargs: {{num_agents: 2, rounds: 1}}, credit: '{credit}', "
+        f"credit_kwargs: {credit_kwargs}, "
         "train_tasks: {type: arithmetic, levels: [1], size: 20}, "
         "eval_tasks: {type: arithmetic, levels: [1], split: test, size: 2}}\n"
         "rollout: {tasks_per_step: 1, n_samples: 2, max_tokens: 6, dtype: float32}\n"
@@ -114,6 +113,12 @@ def test_marti_train_trains_with_a_method_from_a_file(tmp_path, method_file, cap
         f"log: {{output_dir: {tmp_path / 'runs'}, progress: false, tensorboard: false, "
         "plots: false, transcripts: true}\n"
     )
+    return config
+
+
+def test_marti_train_trains_with_a_method_from_a_file(tmp_path, method_file, capsys):
+    spec = f"{method_file}:AnswerLength"
+    config = _tiny_config(tmp_path, spec)
     assert main(["train", str(config)]) == 0, capsys.readouterr().err
     run = tmp_path / "runs" / "r"
     meta = json.loads((run / "run.json").read_text())
@@ -132,6 +137,25 @@ def test_marti_train_trains_with_a_method_from_a_file(tmp_path, method_file, cap
     assert main(["train", str(config), f"env.credit={bad}"]) == 2
     err = capsys.readouterr().err
     assert "env.credit" in err and "nope.py:X" in err and "no such file" in err
+
+
+def test_marti_sweep_grids_over_a_method_from_a_file(tmp_path, method_file, capsys):
+    spec = f"{method_file}:AnswerLength"
+    config = _tiny_config(tmp_path, "none", "{}")
+    out = tmp_path / "sweep"
+    args = ["sweep", str(config), "--seeds", "0", "--grid", f"env.credit=none,{spec}"]
+    assert main([*args, "--out", str(out)]) == 0, capsys.readouterr().err
+    record = json.loads((out / "sweep.json").read_text())
+    assert [c["status"] for c in record["cells"]] == ["trained", "trained"]
+    sources = {}
+    for run in sorted(p.parent for p in out.rglob("run.json")):
+        meta = json.loads((run / "run.json").read_text())
+        sources[(run / "cell.json").read_text().count(spec) > 0] = meta["sessions"][-1].get(
+            "credit_source"
+        )
+    assert sources[False] is None  # the built-in: nothing to record
+    assert sources[True]["method"] == spec and sources[True]["sha256"] == sha256(method_file)
+    assert sources[True]["path"] == str(method_file.resolve())
 
 
 def test_bench_credit_records_the_method_file(tmp_path, method_file, capsys):

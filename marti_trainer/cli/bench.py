@@ -60,6 +60,7 @@ DEFAULT_ENVS = "mad-v0,moa-v0,chain-v0"
 LLM_DEFAULTS = {"methods": "none,quality", "envs": "mad-v0", "seeds": "0"}
 FAST_ONLY = (
     "updates", "batch", "lr", "eval_episodes", "attr_configs", "attr_episodes", "normalize",
+    "min_effect", "train_seed_offset",
 )  # fmt: skip
 
 
@@ -122,6 +123,16 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("std", "mean", "agent_scale"),
         help=f"advantage: std (GRPO), mean (Dr. GRPO) or agent_scale ({d.normalize})",
     )
+    fast.add_argument(
+        "--min-effect", type=float,
+        help=f"a paired difference whose CI excludes 0 but smaller than this is called "
+        f"negligible, not a win ({d.min_effect})",
+    )  # fmt: skip
+    fast.add_argument(
+        "--train-seed-offset", type=int,
+        help=f"training seed = team seed + this; another offset redraws the training "
+        f"randomness on the same teams ({d.train_seed_offset})",
+    )  # fmt: skip
     fast.add_argument(
         "--budget",
         choices=("generations", "episodes"),
