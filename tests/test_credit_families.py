@@ -151,6 +151,29 @@ def test_gate_answer_table(generator, verdict, fallback, final):
     assert gate_answer(answers) == final
 
 
+def test_a_non_binding_gate_always_takes_the_proposal():
+    # the credit-irrelevant variant: the decision is recorded, never applied
+    for verdict in ("ACCEPT", "REJECT", None):
+        answers = {"generator_0": "5", "verifier_0": verdict, "fallback": "7"}
+        assert gate_answer(answers, binding=False) == "5"
+    rule = FinalAnswerRule(
+        inputs={"generator_0": "46", "verifier_0": "REJECT", "fallback": "47"},
+        choose=lambda a: gate_answer(a, binding=False),
+        score=lambda ans: float(ans == "46"),
+    )
+    # the verifier can change nothing: its difference reward and Shapley value are 0, and
+    # the generator's are the whole outcome (the fallback only answers on a binding REJECT)
+    assert difference_rewards(rule) == {"generator_0": 1.0, "verifier_0": 0.0, "fallback": 0.0}
+    env = marti_env.make("gate-v0", binding=False)
+    env.reset(seed=0)
+    answer = env.record.task.answer
+    env.step({"generator_0": f"\\boxed{{{answer}}}", "verifier_0": ""})
+    env.step({"generator_0": "", "verifier_0": "\\boxed{REJECT}"})
+    assert env.record.outcome == 1.0 and env.record.final_answer == answer
+    with pytest.raises(ValueError, match="binding must be a bool, got 'no'"):
+        marti_env.make("gate-v0", binding="no")
+
+
 def test_gate_flip_and_contribution():
     assert flip("ACCEPT") == "REJECT" and flip("reject") == "ACCEPT" and flip(None) == "REJECT"
     assert decision("Accept") == "ACCEPT" and decision("yes") is None
@@ -224,3 +247,15 @@ def test_signal_listener_sees_only_the_first_token():
     assert f"sent you this message: {target}." in seen and "secret" not in seen
     env.step({"speaker_0": "", "listener_0": f"\\boxed{{{target}}}"})
     assert env.record.outcome == 1.0
+    assert "The target is" not in seen  # told only in the credit-irrelevant variant
+
+
+def test_signal_listener_told_the_target_in_the_credit_irrelevant_variant():
+    env = marti_env.make("signal-v0", listener_sees_target=True)
+    obs, _ = env.reset(seed=0)
+    target = env.record.task.answer
+    obs, *_ = env.step({"speaker_0": "\\boxed{ok}", "listener_0": ""})
+    seen = obs["listener_0"]["messages"][-1]["content"]
+    assert f". The target is {target}. Your partner" in seen and "message: ok." in seen
+    with pytest.raises(ValueError, match="listener_sees_target must be a bool, got 1"):
+        marti_env.make("signal-v0", listener_sees_target=1)

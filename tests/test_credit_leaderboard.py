@@ -12,6 +12,7 @@ from marti_env.credit.bench.leaderboard import (
     leaderboard_markdown,
     load_results,
     merge_results,
+    variant_of,
 )
 from marti_env.credit.bench.report import write_outputs
 from tests.conftest import REPO
@@ -85,3 +86,39 @@ def test_page_from_two_runs(tmp_path):
     bad.write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match=r"bad\.json: not a credit benchmark results\.json"):
         load_results([bad])
+
+
+def test_a_credit_irrelevant_variant_is_a_control_not_a_family(tmp_path):
+    envs = ["gate-v0", "signal-v0", "gate-v0:binding=false"]
+    result = run_benchmark(["none", "score"], envs, [0, 1], replace(TINY, controls=False))
+    path = write_outputs(result, tmp_path / "r", plot_png=False)["json"]
+    page = leaderboard_markdown(load_results([path]), ["r.json"])
+    variant = page.split("## `gate-v0:binding=false`")[1]
+    assert variant.lstrip().startswith("The credit-irrelevant variant of `gate-v0` (a control)")
+    assert "over all runs of the 2 envs" in page  # the variant is not a family
+    assert "(`gate-v0:binding=false`) are controls and are left out" in page
+    assert "## Where a method does not tie on a credit-irrelevant variant" in page
+    told_apart = page.split("## Where methods cannot be told apart from `none`")[1]
+    assert "binding=false" not in told_apart.split("## Where a method does not tie")[0]
+    assert variant_of("gate-v0:binding=false") == "gate-v0"
+    assert variant_of("split-sum-v0:num_distractors=0:num_solvers=1") == "split-sum-v0"
+    assert variant_of("gate-v0:binding=true") is None and variant_of("mad-v0") is None
+    # a file without variants keeps its page as before: no such section
+    plain = run_benchmark(["none"], ["gate-v0", "signal-v0"], [0, 1], replace(TINY, controls=False))
+    path = write_outputs(plain, tmp_path / "p", plot_png=False)["json"]
+    assert "credit-irrelevant" not in leaderboard_markdown(load_results([path]), ["p.json"])
+
+
+def test_results_written_before_a_setting_existed_merge_with_new_ones(tmp_path):
+    new = run_benchmark(["none"], ["gate-v0"], [0, 1], replace(TINY, controls=False))
+    (new,) = load_results([write_outputs(new, tmp_path / "n", plot_png=False)["json"]])
+    old = json.loads(json.dumps(new))
+    old["config"]["normalize"] = True  # "std", as older files wrote it
+    del old["config"]["equal_budget"]  # the default, before the option
+    old["envs"] = ["signal-v0"]
+    for r in old["rows"] + old["summary"]:
+        r["env"] = "signal-v0"
+    assert merge_results([old, new])["envs"] == ["signal-v0", "gate-v0"]
+    old["config"]["normalize"] = "mean"
+    with pytest.raises(ValueError, match="result 1 has another config than result 0"):
+        merge_results([old, new])

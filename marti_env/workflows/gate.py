@@ -27,17 +27,23 @@ Rewards
     answer). The verifier's exact contribution is :func:`flip_contribution`,
     ``R - R(decision flipped)``; its decisions against whether the proposal was right
     give :func:`balanced_accuracy`. The rule reads the fallback's answer as a third
-    input, ``"fallback"`` (a player of the coalition game, with no turns).
+    input, ``"fallback"`` (a player of the coalition game, with no turns). With
+    ``binding=False`` the decision is recorded and scored but never applied: the final
+    answer is always the generator's, so the verifier cannot change the outcome (its
+    contribution is 0 in every episode) and the env is the credit-irrelevant variant of the
+    probe: only the generator matters, and every method that pays it the outcome trains it
+    alike.
 
 Episode end
     After round 1; both agents terminate.
 
 Arguments
-    ``fallback_accuracy`` (q, in [0, 1]), ``max_shared_chars``. The generator's skill is
-    the policy's: the simulated tier of the credit benchmark sweeps it against q.
+    ``fallback_accuracy`` (q, in [0, 1]), ``binding`` (bool, default True),
+    ``max_shared_chars``. The generator's skill is the policy's: the simulated tier of the
+    credit benchmark sweeps it against q.
 
 Version history
-    v0: initial version.
+    v0: initial version; ``binding`` added later (its default is the original rule).
 """
 
 from __future__ import annotations
@@ -68,8 +74,9 @@ def decision(answer: str | None) -> str | None:
     return word if word in (ACCEPT, REJECT) else None
 
 
-def gate_answer(answers: Mapping[str, str | None]) -> str | None:
-    """The team's answer: the fallback's if the verifier REJECTs, else the generator's.
+def gate_answer(answers: Mapping[str, str | None], binding: bool = True) -> str | None:
+    """The team's answer: the fallback's if the verifier REJECTs (and its decision is
+    ``binding``), else the generator's.
 
     >>> gate_answer({"generator_0": "5", "verifier_0": "ACCEPT", "fallback": "7"})
     '5'
@@ -77,8 +84,10 @@ def gate_answer(answers: Mapping[str, str | None]) -> str | None:
     '7'
     >>> gate_answer({"generator_0": "5", "verifier_0": None, "fallback": "7"})
     '5'
+    >>> gate_answer({"generator_0": "5", "verifier_0": "REJECT", "fallback": "7"}, binding=False)
+    '5'
     """
-    if decision(answers.get(VERIFIER)) == REJECT:
+    if binding and decision(answers.get(VERIFIER)) == REJECT:
         return answers.get(FALLBACK)
     return answers.get(GENERATOR)
 
@@ -149,12 +158,17 @@ class Gate(Workflow):
     agents = (GENERATOR, VERIFIER)
     num_rounds = 2
 
-    def __init__(self, fallback_accuracy: float = 0.5, max_shared_chars: int = 6000) -> None:
+    def __init__(
+        self, fallback_accuracy: float = 0.5, binding: bool = True, max_shared_chars: int = 6000
+    ) -> None:
         super().__init__(max_shared_chars=max_shared_chars)
         q = fallback_accuracy
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
             raise ValueError(f"fallback_accuracy must be a number in [0, 1], got {q!r}")
+        if not isinstance(binding, bool):
+            raise ValueError(f"binding must be a bool, got {binding!r}")
         self.fallback_accuracy = float(q)
+        self.binding = binding
         self._fallbacks: OrderedDict[int, tuple[Sequence[Turn], str | None]] = OrderedDict()
 
     def role(self, agent: str) -> str:
@@ -197,4 +211,4 @@ class Gate(Workflow):
         return answers
 
     def final_rule(self, answers: Mapping[str, str | None], tie_order: Sequence[str]) -> str | None:
-        return gate_answer(answers)
+        return gate_answer(answers, self.binding)

@@ -10,7 +10,9 @@ Agents
 Observation
     Round 0: the speaker is shown ``K`` candidates and which one is the target (template
     ``speak``). Round 1: the listener is shown the same candidates in an order shuffled
-    from the episode's generator, and the speaker's message (template ``listen``).
+    from the episode's generator, and the speaker's message (template ``listen``). With
+    ``listener_sees_target=True`` the listener is also told the target (the ``hint``
+    field, ``"The target is <t>. "``; empty otherwise).
 
 Action
     Any text; its answer is the last ``\\boxed{}``. The speaker's *message* is the first
@@ -27,16 +29,21 @@ Rewards
     that boxes the target scores 1; the listener's score is the outcome). The speaker's
     true contribution is ``success(real message) - success(null message)``
     (:func:`speaker_contribution`), which needs the listener's policy: the simulated tier
-    of the credit benchmark replays it.
+    of the credit benchmark replays it. ``listener_sees_target=True`` is the probe's
+    credit-irrelevant variant: the listener needs no message, so a listener that reads the
+    hint makes the speaker's true contribution 0, and every method that pays the listener
+    the outcome (all the built-ins: its own score is the outcome) trains the team alike.
 
 Episode end
     After round 1; both agents terminate.
 
 Arguments
-    ``num_candidates`` (K, 2..16), ``max_shared_chars``.
+    ``num_candidates`` (K, 2..16), ``listener_sees_target`` (bool, default False),
+    ``max_shared_chars``.
 
 Version history
-    v0: initial version.
+    v0: initial version; ``listener_sees_target`` (and the ``listen`` template's ``hint``,
+    empty by default, so the default prompts are unchanged) added later.
 """
 
 from __future__ import annotations
@@ -105,14 +112,22 @@ class Signal(Workflow):
     name = "signal"
     templates: ClassVar[Mapping[str, frozenset[str]]] = {
         "speak": frozenset({"candidates", "target"}),
-        "listen": frozenset({"candidates", "message"}),
+        "listen": frozenset({"candidates", "message", "hint"}),
     }
     agents = (SPEAKER, LISTENER)
     num_rounds = 2
 
-    def __init__(self, num_candidates: int = 4, max_shared_chars: int = 6000) -> None:
+    def __init__(
+        self,
+        num_candidates: int = 4,
+        listener_sees_target: bool = False,
+        max_shared_chars: int = 6000,
+    ) -> None:
         super().__init__(max_shared_chars=max_shared_chars)
         self.num_candidates = check_int("num_candidates", num_candidates, 2, 16)
+        if not isinstance(listener_sees_target, bool):
+            raise ValueError(f"listener_sees_target must be a bool, got {listener_sees_target!r}")
+        self.listener_sees_target = listener_sees_target
 
     def role(self, agent: str) -> str:
         return agent.rpartition("_")[0]
@@ -141,6 +156,7 @@ class Signal(Workflow):
             {
                 "candidates": ", ".join(options[i] for i in order),
                 "message": defuse_markers(message_of(boxed)),
+                "hint": f"The target is {task.answer}. " if self.listener_sees_target else "",
             },
         )
 

@@ -7,7 +7,10 @@ held-out accuracy with a bootstrap CI, the paired difference against ``none`` wi
 wins/ties/losses and verdict, and the probability of improvement over ``none``. Across
 envs: the interquartile mean of ``acc_final`` with a stratified-bootstrap CI and the
 probability of improvement over ``none`` (Agarwal et al. 2021), and the list of cells where
-a method cannot be told apart from ``none``. All statistics are :mod:`marti_env.stats`'s.
+a method cannot be told apart from ``none``. A credit-irrelevant variant
+(:data:`~marti_env.credit.bench.probes.CREDIT_IRRELEVANT`) is a control, not a task family:
+its section says so, it is left out of the across-env statistics, and a method that does
+*not* tie with ``none`` there is listed. All statistics are :mod:`marti_env.stats`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from marti_env.credit.bench.harness import BenchConfig, split_spec
+from marti_env.credit.bench.probes import is_credit_irrelevant
 from marti_env.stats import (
     iqm_ci,
     mean_ci,
@@ -69,7 +74,10 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     first = results[0]
 
     def setup(data: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in data["config"].items() if k != "controls"}
+        # through BenchConfig, so spellings that mean the same compare equal (files written
+        # before a setting existed, or with normalize: true for "std")
+        config = BenchConfig(**data["config"]).to_dict()
+        return {k: v for k, v in config.items() if k != "controls"}
 
     merged: dict[str, Any] = {k: first[k] for k in ("tier", "config", "seeds")}
     merged.update(methods=[], envs=[], rows=[], summary=[])
@@ -110,6 +118,13 @@ def _by_seed(rows: Sequence[Mapping[str, Any]], env: str, method: str) -> dict[i
         for r in rows
         if r["env"] == env and r["method"] == method and r.get("acc_final") is not None
     }
+
+
+def variant_of(env: str) -> str | None:
+    """The probe env that ``env`` (a spec label) is the credit-irrelevant variant of, or
+    None."""
+    env_id, kwargs = split_spec(env)
+    return env_id if is_credit_irrelevant(env_id, kwargs) else None
 
 
 def _has_ba(data: Mapping[str, Any], env: str) -> bool:
@@ -198,6 +213,8 @@ def leaderboard_markdown(
     ]
     per_env: dict[str, dict[str, list[float]]] = {}
     cannot_tell: list[str] = []
+    not_tied: list[str] = []  # on a credit-irrelevant variant, where all should tie
+    left_out: list[str] = []
     for data in [merge_results(results)]:
         cfg = data["config"]
         min_effect = float(cfg.get("min_effect", 0.0))
@@ -209,7 +226,15 @@ def leaderboard_markdown(
             "",
         ]
         for env in data["envs"]:
+            family = variant_of(env)
             lines += [f"## `{env}`", ""]
+            if family:
+                lines += [
+                    f"The credit-irrelevant variant of `{family}` (a control): one agent alone "
+                    "decides the outcome, so every method should tie with `none`. A method "
+                    "that does not changes that agent's own reward (shaping), not its credit.",
+                    "",
+                ]
             table = env_table(data, env, min_effect)
             header = (*COLUMNS, "verifier_ba") if _has_ba(data, env) else COLUMNS
             if _has_cost(data, env):
@@ -218,8 +243,13 @@ def leaderboard_markdown(
             lines.append("")
             for cells in table:
                 verdict = cells[COLUMNS.index("verdict")]
-                if verdict.startswith(("indistinguishable", "negligible")):
+                if family and verdict and not verdict.startswith(("indistinguishable", "neglig")):
+                    not_tied.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
+                elif not family and verdict.startswith(("indistinguishable", "negligible")):
                     cannot_tell.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
+            if family:
+                left_out.append(env)
+                continue
             for method in data["methods"]:
                 per_env.setdefault(method, {})[env] = list(
                     _by_seed(data["rows"], env, method).values()
@@ -232,7 +262,13 @@ def leaderboard_markdown(
             "",
             f"Interquartile mean of `acc_final` over all runs of the {len(envs)} envs "
             "(stratified-bootstrap 95% CI), and the probability that a run of the method "
-            "beats a run of `none` on the same env, averaged over envs (with its CI).",
+            "beats a run of `none` on the same env, averaged over envs (with its CI)."
+            + (
+                f" The credit-irrelevant variants ({', '.join(f'`{e}`' for e in left_out)}) "
+                "are controls and are left out."
+                if left_out
+                else ""
+            ),
             "",
         ]
         rows = []
@@ -246,6 +282,10 @@ def leaderboard_markdown(
     lines += ["## Where methods cannot be told apart from `none`", ""]
     lines += [f"- {c}" for c in cannot_tell] or ["- (none)"]
     lines.append("")
+    if left_out:
+        lines += ["## Where a method does not tie on a credit-irrelevant variant", ""]
+        lines += [f"- {c}" for c in not_tied] or ["- (none: every method ties)"]
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -18,7 +18,9 @@ verifier    P(checking: ACCEPT iff the proposal is      P(ACCEPT) when it does n
 (gate)      right)
 speaker     P(boxing the target; else a lazy ``ok``)    --
 listener    --                                          P(picking the candidate the message
-                                                        names; else uniform at random)
+                                                        names, or the target when told it
+                                                        (``listener_sees_target``); else
+                                                        uniform at random)
 coder       P(writing the reference expression in       P(revising when shown a failing
 (expr)      round 0; else a wrong mutant of it)         test: to the reference if a failing
                                                         test is valid, else to a wrong
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +61,35 @@ from marti_env.workflows.split_sum import evaluate, parse_int
 
 PROBE_WORKFLOWS: tuple[str, ...] = ("split_sum", "gate", "signal", "code_team")
 """Workflow names whose envs a :class:`ProbeTeam` plays."""
+
+CREDIT_IRRELEVANT: dict[str, dict[str, Any]] = {
+    "split-sum-v0": {"num_solvers": 1, "num_distractors": 0},
+    "gate-v0": {"binding": False},
+    "signal-v0": {"listener_sees_target": True},
+    "expr-team-v0": {"rounds": 1},
+}
+"""Per probe env, the ``make`` arguments of its credit-irrelevant variant: one agent alone
+decides the outcome (one solver sees the whole total; the verifier's decision is not
+applied; the listener is told the target; the tester has no round to help in), so credit
+cannot matter and every method must tie with ``none``. A method that gives that agent
+another reward than the outcome (a per-turn score) may still train it differently: that is
+reward shaping, not credit."""
+
+
+def is_credit_irrelevant(env_id: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``make(env_id, **kwargs)`` is a credit-irrelevant variant
+    (:data:`CREDIT_IRRELEVANT`'s arguments, others allowed beside them).
+
+    >>> is_credit_irrelevant("gate-v0", {"binding": False, "fallback_accuracy": 0.2})
+    True
+    >>> is_credit_irrelevant("gate-v0", {})
+    False
+    """
+    variant = CREDIT_IRRELEVANT.get(env_id)
+    return variant is not None and all(
+        k in kwargs and kwargs[k] == v and type(kwargs[k]) is type(v) for k, v in variant.items()
+    )
+
 
 ROLE_RANGES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "solver": ((0.6, 0.95), (0.5, 0.5)),
@@ -158,6 +190,9 @@ class ProbeTeam(SimTeam):
             options = found.group(1).split(", ") if found else [""]
             message = _MESSAGE.search(content)
             named = message.group(1) if message else NULL_MESSAGE
+            told = _TARGET.search(content)  # the credit-irrelevant variant's hint
+            if told:
+                named = told.group(1)
             if named in options and draw(PERSUADE, q, u_q):
                 return f"\\boxed{{{named}}}", decisions
             pick = options[min(int(u_pick * len(options)), len(options) - 1)]
