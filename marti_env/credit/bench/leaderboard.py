@@ -243,9 +243,11 @@ def leaderboard_markdown(
             lines.append("")
             for cells in table:
                 verdict = cells[COLUMNS.index("verdict")]
-                if family and verdict and not verdict.startswith(("indistinguishable", "neglig")):
+                # random credit is a floor meant to lose everywhere, variants included
+                tied = verdict.startswith(("indistinguishable", "negligible"))
+                if family and verdict and not tied and cells[0] != "`random`":
                     not_tied.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
-                elif not family and verdict.startswith(("indistinguishable", "negligible")):
+                elif not family and tied:
                     cannot_tell.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
             if family:
                 left_out.append(env)
@@ -284,7 +286,7 @@ def leaderboard_markdown(
     lines.append("")
     if left_out:
         lines += ["## Where a method does not tie on a credit-irrelevant variant", ""]
-        lines += [f"- {c}" for c in not_tied] or ["- (none: every method ties)"]
+        lines += [f"- {c}" for c in not_tied] or ["- (none: every method but `random` ties)"]
         lines.append("")
     return "\n".join(lines)
 
