@@ -30,6 +30,16 @@ tasks. Per cell it reports:
   cannot be checked (no transcripts, sibling groups, a per-token estimator).
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.
+* ``episodes`` / ``generations``: what the cell's training spent: its episodes, and the
+  policy generations of their turns plus the replays of a re-execution method
+  (``rollout/replay_generations``).
+
+Budget. A re-execution method (``leave_one_out_replay``, ``shapley_replay``, ``sibling``)
+pays for replays in generations. With ``budget="generations"`` (the default, as the fast
+tier's) its cell trains on fewer tasks per step, so that a step spends about the
+generations the base config's steps spend without replays
+(:func:`equal_generation_tasks`); ``budget="episodes"`` keeps the base config's tasks per
+step and puts the replays on top. Every other method keeps the base config's.
 
 The base config's ``env.kwargs`` apply only to the env it names (the quick start's are
 ``mad-v0``'s, including its prompts); any other env gets its registered defaults plus the
@@ -53,9 +63,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from marti_env.credit import make_credit
+from marti_env.credit import is_replay_method, make_credit
 from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
 from marti_env.credit.replay import trains_on_siblings
 from marti_env.record import EpisodeRecord
@@ -64,25 +74,77 @@ from marti_trainer.config import TrainConfig
 if TYPE_CHECKING:
     from marti_trainer.sweep import KeepCheckpoints
 
-__all__ = ["cell_config", "run_llm_benchmark", "trained_like_none"]
+__all__ = [
+    "cell_config",
+    "equal_generation_tasks",
+    "generation_cost",
+    "run_llm_benchmark",
+    "trained_like_none",
+]
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
 
 
+Budget = Literal["generations", "episodes"]
+
+
+def equal_generation_tasks(tasks_per_step: int, turns: int, replays: int) -> int:
+    """Tasks per step for a method whose episodes cost ``turns`` generations plus
+    ``replays`` generations of re-execution, so that a step spends at most the
+    generations of ``tasks_per_step`` tasks without replays (the number of episodes per
+    task, ``n_samples``, cancels): ``max(1, tasks_per_step * turns // (turns + replays))``,
+    the fast tier's rule (:func:`marti_env.credit.bench.harness.budget_episodes`) with the
+    group size kept. By hand: 8 tasks of 2-turn episodes with 2 replays each afford
+    ``16 // 4 = 4``; with 30 replays, ``max(1, 16 // 32) = 1``."""
+    if tasks_per_step < 1 or turns < 1 or replays < 0:
+        raise ValueError(
+            f"equal_generation_tasks: tasks_per_step {tasks_per_step} and turns {turns} must "
+            f"be >= 1, replays {replays} >= 0"
+        )
+    return max(1, tasks_per_step * turns // (turns + replays))
+
+
+def generation_cost(cfg: TrainConfig) -> tuple[int, int]:
+    """``(turns, replays)``: the policy generations of one episode of ``cfg``'s env, and
+    the replay generations its credit method adds per episode (0 unless it re-executes),
+    from :func:`marti_trainer.dry_run.plan_run` (exact for fixed-actor workflows, all the
+    built-ins)."""
+    from marti_trainer.dry_run import plan_run
+
+    plan = plan_run(cfg)
+    episodes = cfg.rollout.tasks_per_step * cfg.rollout.n_samples
+    return plan.turns_per_episode, plan.replay_generations_per_step // episodes
+
+
 def cell_config(
-    base: TrainConfig, env_spec: str, method: str, seed: int, runs_dir: Path, at_start: bool
+    base: TrainConfig,
+    env_spec: str,
+    method: str,
+    seed: int,
+    runs_dir: Path,
+    at_start: bool,
+    budget: Budget = "generations",
 ) -> TrainConfig:
     """``base`` with the cell's env, credit method and seed; outputs under ``runs_dir``. A
     method that trains on siblings (``sibling:train=true``) gets ``algorithm.group_by:
-    node``, the grouping it needs; every other method keeps the base config's."""
+    node``, the grouping it needs; with ``budget="generations"`` a re-execution method gets
+    fewer ``rollout.tasks_per_step`` (:func:`equal_generation_tasks`); every other method
+    keeps the base config's.
+
+    Raises:
+        ValueError: ``budget`` is neither ``"generations"`` nor ``"episodes"``.
+    """
+    if budget not in ("generations", "episodes"):
+        raise ValueError(f"budget must be 'generations' or 'episodes', got {budget!r}")
     env = env_choice(env_spec)
     name, options = split_spec(method)
     kwargs = dict(base.env.kwargs) if env.env_id == base.env.id else {}
     kwargs.update(env.kwargs)
-    group_by = "node" if trains_on_siblings(make_credit(name, **options)) else None
-    return replace(
+    credit = make_credit(name, **options)
+    group_by = "node" if trains_on_siblings(credit) else None
+    cfg = replace(
         base,
         seed=seed,
         algorithm=replace(base.algorithm, group_by=group_by or base.algorithm.group_by),
@@ -98,6 +160,11 @@ def cell_config(
             eval_cache=base.log.eval_cache or str(runs_dir.parent / "eval_cache"),
         ),
     )
+    if budget == "generations" and is_replay_method(credit):
+        turns, replays = generation_cost(cfg)
+        tasks = equal_generation_tasks(cfg.rollout.tasks_per_step, turns, replays)
+        cfg = replace(cfg, rollout=replace(cfg.rollout, tasks_per_step=tasks))
+    return cfg
 
 
 NORMALIZATION = {"grpo": "std", "dr_grpo": "mean", "rloo": "mean", "agent_scale": "agent_scale"}
@@ -210,8 +277,10 @@ def run_llm_benchmark(
     out_dir: str | Path,
     log: Callable[[str], None] | None = None,
     keep_checkpoints: KeepCheckpoints = "all",
+    budget: Budget = "generations",
 ) -> BenchResult:
-    """Train every (env, method, seed) cell from ``base``; see the module docstring.
+    """Train every (env, method, seed) cell from ``base``; see the module docstring
+    (``budget``: how a re-execution method's replays are paid for).
 
     ``methods`` are credit specs (``"quality:alpha=0.3"``), validated before any training;
     ``envs`` env specs (``"mad-v0:num_agents=3"``). A finished cell keeps the checkpoints
@@ -232,7 +301,7 @@ def run_llm_benchmark(
         for seed in result.seeds:
             acc_start = math.nan
             for k, method in enumerate(labels):
-                cfg = cell_config(base, env, method, seed, runs_dir, at_start=k == 0)
+                cfg = cell_config(base, env, method, seed, runs_dir, k == 0, budget)
                 t0 = time.perf_counter()
                 history, summary, reused = _run_cell(cfg, keep_checkpoints)
                 if k == 0:
@@ -240,6 +309,11 @@ def run_llm_benchmark(
                 curve = [h["rollout/outcome"] for h in history if "rollout/outcome" in h]
                 zero = [h["rollout/zero_spread_groups"] for h in history
                         if "rollout/zero_spread_groups" in h]  # fmt: skip
+                replayed = [int(h["rollout/replay_generations"]) for h in history
+                            if "rollout/replay_generations" in h]  # fmt: skip
+                episodes = cfg.rollout.tasks_per_step * cfg.rollout.n_samples * cfg.total_steps
+                plain = replace(cfg, env=replace(cfg.env, credit="none", credit_kwargs={}))
+                turns = generation_cost(plain)[0]
                 checks.setdefault((env, method), []).append(
                     trained_like_none(runs_dir / cfg.run_name, cfg)
                 )
@@ -250,7 +324,8 @@ def run_llm_benchmark(
                     "acc_start": acc_start, "acc_final": summary["accuracy_after"],
                     "acc_auc": sum(curve) / len(curve),
                     "zero_adv": sum(zero) / len(zero) if zero else math.nan,
-                    "episodes": result.episodes_per_update * cfg.total_steps,
+                    "episodes": episodes,
+                    "generations": episodes * turns + sum(replayed),
                     "seconds": summary["wall_s"] if reused else round(time.perf_counter() - t0, 1),
                 })  # fmt: skip
                 if log:

@@ -11,7 +11,12 @@ import pytest
 import yaml
 
 from marti_env.credit.bench import write_outputs
-from marti_trainer.credit_bench_llm import cell_config, run_llm_benchmark
+from marti_trainer.credit_bench_llm import (
+    cell_config,
+    equal_generation_tasks,
+    generation_cost,
+    run_llm_benchmark,
+)
 from marti_trainer.metrics import read_metrics
 from marti_trainer.train import train
 from tests.test_credit_bench import cli
@@ -100,6 +105,35 @@ def test_base_kwargs_apply_to_their_own_env_only(tiny_dir, tmp_path):  # noqa: F
     assert mad.run_name == "mad-v0_num_agents=3__none__0"
     with pytest.raises(ValueError, match="unknown credit method 'qualty'"):
         run_llm_benchmark(["qualty"], ["mad-v0"], [0], base, tmp_path)
+
+
+def test_equal_generation_tasks_by_hand():
+    assert equal_generation_tasks(8, 2, 2) == 4  # 16 generations afford 4 tasks at 4 each
+    assert equal_generation_tasks(8, 2, 30) == 1  # at least one task
+    assert equal_generation_tasks(8, 3, 0) == 8  # no replays: the base's
+    with pytest.raises(ValueError, match="turns 0 must be >= 1"):
+        equal_generation_tasks(8, 0, 1)
+
+
+def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tmp_path):  # noqa: F811
+    base = tiny_config(tiny_dir, tmp_path / "unused", total_steps=1, rollout__tasks_per_step=8)
+    # mad-v0 with 2 agents x 2 rounds: 4 turns; leaving one agent out regenerates the
+    # other's round-1 turn: 2 replays an episode, so 8 * 4 // (4 + 2) = 5 tasks a step
+    loo = cell_config(base, "mad-v0", "leave_one_out_replay", 0, tmp_path, True)
+    assert generation_cost(loo) == (4, 2) and loo.rollout.tasks_per_step == 5
+    on_top = cell_config(base, "mad-v0", "leave_one_out_replay", 0, tmp_path, True, "episodes")
+    assert on_top.rollout.tasks_per_step == 8
+    assert cell_config(base, "mad-v0", "quality", 0, tmp_path, True).rollout.tasks_per_step == 8
+    with pytest.raises(ValueError, match="budget must be 'generations' or 'episodes'"):
+        cell_config(base, "mad-v0", "none", 0, tmp_path, True, "tokens")  # type: ignore[arg-type]
+
+    small = tiny_config(tiny_dir, tmp_path / "unused", total_steps=1)  # 2 tasks x 2 samples
+    result = run_llm_benchmark(["none", "leave_one_out_replay"], ["mad-v0"], [0], small,
+                               tmp_path / "out")  # fmt: skip
+    none, loo = result.rows
+    assert (none["episodes"], none["generations"]) == (4, 16)
+    # 2 * 4 // 6 = 1 task: 2 episodes of 4 turns, plus their 2 x 2 replays
+    assert (loo["episodes"], loo["generations"]) == (2, 2 * 4 + 2 * 2)
 
 
 @pytest.mark.slow

@@ -133,13 +133,14 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"training seed = team seed + this; another offset redraws the training "
         f"randomness on the same teams ({d.train_seed_offset})",
     )  # fmt: skip
-    fast.add_argument(
+    parser.add_argument(
         "--budget",
         choices=("generations", "episodes"),
         default=None,
-        help="generations (default): every method spends --batch episodes' generations per "
-        "update, so a method that re-executes episodes trains on fewer; episodes: --batch "
-        "episodes per update whatever the replays cost",
+        help="both tiers. generations (default): a method that re-executes episodes spends "
+        "the generations of the others' updates (fast: --batch episodes' worth; llm: the "
+        "base config's tasks_per_step), so it trains on fewer episodes; episodes: the same "
+        "episodes, replays on top",
     )
     fast.add_argument(
         "--no-controls", dest="controls", action="store_false", default=None,
@@ -229,9 +230,7 @@ def _record_sources(json_path: Path, methods: list[str], imports: list[str]) -> 
 def _check_tier_options(args: argparse.Namespace) -> None:
     """Options of the other tier are an error, not silently ignored."""
     if args.tier == "llm":
-        given = [
-            name for name in (*FAST_ONLY, "budget", "controls") if getattr(args, name) is not None
-        ]
+        given = [name for name in (*FAST_ONLY, "controls") if getattr(args, name) is not None]
         if given:
             flags = ", ".join(
                 "--no-controls" if n == "controls" else "--" + n.replace("_", "-") for n in given
@@ -267,6 +266,7 @@ def run_credit_bench(args: argparse.Namespace) -> int:
             _csv(args.envs or LLM_DEFAULTS["envs"], "envs"),
             _seeds(args.seeds or LLM_DEFAULTS["seeds"]),
             base, out, log=log, keep_checkpoints=args.keep_checkpoints or "all",
+            budget=args.budget or "generations",
         )  # fmt: skip
     else:
         given = {n: getattr(args, n) for n in FAST_ONLY if getattr(args, n) is not None}
