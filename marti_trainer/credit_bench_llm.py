@@ -34,6 +34,11 @@ tasks. Per cell it reports:
   policy generations of their turns plus the replays of a re-execution method
   (``rollout/replay_generations``).
 
+Controls, opt-in (each is a training run per seed): ``random`` (the credit method of that
+name, i.i.d. standard normal rewards: the floor) and ``none@reseed`` (``none`` with the
+training seed moved by :data:`~marti_env.credit.bench.harness.RESEED`, as in the fast
+tier: the noise floor of a paired difference against ``none``), named in ``methods``.
+
 Budget. A re-execution method (``leave_one_out_replay``, ``shapley_replay``, ``sibling``)
 pays for replays in generations. With ``budget="generations"`` (the default, as the fast
 tier's) its cell trains on fewer tasks per step, so that a step spends about the
@@ -66,7 +71,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from marti_env.credit import is_replay_method, make_credit
-from marti_env.credit.bench.harness import BenchResult, env_choice, method_spec, split_spec
+from marti_env.credit.bench.harness import (
+    RESEED,
+    BenchResult,
+    env_choice,
+    method_spec,
+    split_spec,
+)
 from marti_env.credit.replay import trains_on_siblings
 from marti_env.record import EpisodeRecord
 from marti_trainer.config import TrainConfig
@@ -81,6 +92,15 @@ __all__ = [
     "run_llm_benchmark",
     "trained_like_none",
 ]
+
+
+NONE_RESEED = "none@reseed"
+"""The noise-floor control's label: ``none`` trained with the seed moved by ``RESEED``."""
+
+
+def _label(method: str) -> str:
+    """A method's label, validated (name and options), or the control's."""
+    return method.strip() if method.strip() == NONE_RESEED else method_spec(method).label
 
 
 def _slug(text: str) -> str:
@@ -131,7 +151,8 @@ def cell_config(
     method that trains on siblings (``sibling:train=true``) gets ``algorithm.group_by:
     node``, the grouping it needs; with ``budget="generations"`` a re-execution method gets
     fewer ``rollout.tasks_per_step`` (:func:`equal_generation_tasks`); every other method
-    keeps the base config's.
+    keeps the base config's. ``none@reseed`` trains ``none`` with ``seed + RESEED`` (its
+    run is still named after ``seed``, the seed it is paired on).
 
     Raises:
         ValueError: ``budget`` is neither ``"generations"`` nor ``"episodes"``.
@@ -139,14 +160,15 @@ def cell_config(
     if budget not in ("generations", "episodes"):
         raise ValueError(f"budget must be 'generations' or 'episodes', got {budget!r}")
     env = env_choice(env_spec)
-    name, options = split_spec(method)
+    reseed = method.strip() == NONE_RESEED
+    name, options = ("none", {}) if reseed else split_spec(method)
     kwargs = dict(base.env.kwargs) if env.env_id == base.env.id else {}
     kwargs.update(env.kwargs)
     credit = make_credit(name, **options)
     group_by = "node" if trains_on_siblings(credit) else None
     cfg = replace(
         base,
-        seed=seed,
+        seed=seed + RESEED if reseed else seed,
         algorithm=replace(base.algorithm, group_by=group_by or base.algorithm.group_by),
         exp_name=_slug(method),
         run_name=f"{_slug(env.label)}__{_slug(method)}__{seed}",
@@ -287,7 +309,7 @@ def run_llm_benchmark(
     ``keep_checkpoints`` names (:func:`marti_trainer.sweep.prune_checkpoints`): the table
     needs none of them.
     """
-    labels = [method_spec(m).label for m in methods]  # validates names and options
+    labels = [_label(m) for m in methods]  # validates names and options
     if len(set(labels)) != len(labels):
         raise ValueError(f"method labels must be unique, got {labels}")
     env_labels = [env_choice(e).label for e in envs]

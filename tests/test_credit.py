@@ -350,3 +350,33 @@ def test_checked_rewards_accepts_numpy():
     rule = FinalAnswerRule({}, lambda answers: None, lambda a: 0.0)
     got = checked_rewards(_Fixed(np.array([1, 2], dtype=np.float32)), ep, rule)
     assert got == [1.0, 2.0] and all(type(x) is float for x in got)
+
+
+# --- random credit (a control) ----------------------------------------------------------
+
+
+def test_random_credit_is_seeded_by_the_episode_and_standard_normal():
+    from marti_env.credit.controls import random_rewards
+
+    draws = random_rewards(3, "t/1", ["a", "b", "c"])
+    assert len(draws) == 3 and draws == random_rewards(3, "t/1", ["a", "b", "c"])
+    # by hand: numpy's generator seeded [3, crc32(b"t/1"), crc32(b"a\0b\0c")]
+    import zlib
+
+    rng = np.random.default_rng([3, zlib.crc32(b"t/1"), zlib.crc32(b"a\x00b\x00c")])
+    assert draws == [float(x) for x in rng.standard_normal(3)]
+    assert draws != random_rewards(4, "t/1", ["a", "b", "c"])  # the seed
+    assert draws != random_rewards(3, "t/2", ["a", "b", "c"])  # the task
+    assert draws != random_rewards(3, "t/1", ["a", "b", "d"])  # any response
+    pooled = np.array([random_rewards(0, f"t/{i}", [str(i), "x"]) for i in range(4000)]).ravel()
+    assert abs(pooled.mean()) < 0.05 and abs(pooled.std() - 1.0) < 0.05  # 8000 draws: ~4 sd
+
+    method = make_credit("random", seed=3)
+    episode = EpisodeRecord(
+        "mad-v0", Task("t/1", "?", "1"),
+        turns=[Turn(i, 0, a, "debater", (), a, None, 0.0) for i, a in enumerate("abc")],
+        outcome=1.0,
+    )  # fmt: skip
+    assert list(method.assign(episode, None)) == draws  # the outcome plays no part
+    with pytest.raises(ValueError, match="seed"):
+        make_credit("random", seed=-1)

@@ -107,6 +107,19 @@ def test_base_kwargs_apply_to_their_own_env_only(tiny_dir, tmp_path):  # noqa: F
         run_llm_benchmark(["qualty"], ["mad-v0"], [0], base, tmp_path)
 
 
+def test_controls_are_cells_like_any_method(tiny_dir, tmp_path):  # noqa: F811
+    from marti_env.credit.bench.harness import RESEED
+
+    base = tiny_config(tiny_dir, tmp_path)
+    floor = cell_config(base, "mad-v0", "none@reseed", 2, tmp_path, False)
+    assert (floor.env.credit, floor.env.credit_kwargs, floor.seed) == ("none", {}, 2 + RESEED)
+    assert floor.run_name == "mad-v0__none_reseed__2"  # paired on seed 2
+    noise = cell_config(base, "mad-v0", "random:seed=5", 2, tmp_path, False)
+    assert (noise.env.credit, noise.env.credit_kwargs, noise.seed) == ("random", {"seed": 5}, 2)
+    with pytest.raises(ValueError, match="unknown credit method 'none@reseeed'"):
+        run_llm_benchmark(["none", "none@reseeed"], ["mad-v0"], [0], base, tmp_path)
+
+
 def test_equal_generation_tasks_by_hand():
     assert equal_generation_tasks(8, 2, 2) == 4  # 16 generations afford 4 tasks at 4 each
     assert equal_generation_tasks(8, 2, 30) == 1  # at least one task
@@ -128,12 +141,19 @@ def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tm
         cell_config(base, "mad-v0", "none", 0, tmp_path, True, "tokens")  # type: ignore[arg-type]
 
     small = tiny_config(tiny_dir, tmp_path / "unused", total_steps=1)  # 2 tasks x 2 samples
-    result = run_llm_benchmark(["none", "leave_one_out_replay"], ["mad-v0"], [0], small,
-                               tmp_path / "out")  # fmt: skip
-    none, loo = result.rows
+    methods = ["none", "leave_one_out_replay", "none@reseed", "random"]
+    result = run_llm_benchmark(methods, ["mad-v0"], [0], small, tmp_path / "out")
+    none, loo, floor, noise = result.rows
     assert (none["episodes"], none["generations"]) == (4, 16)
     # 2 * 4 // 6 = 1 task: 2 episodes of 4 turns, plus their 2 x 2 replays
     assert (loo["episodes"], loo["generations"]) == (2, 2 * 4 + 2 * 2)
+    # the controls trained like any cell: the floor on another seed, random on noise
+    assert (floor["method"], floor["seed"], floor["generations"]) == ("none@reseed", 0, 16)
+    runs = tmp_path / "out" / "runs"
+    assert yaml.safe_load((runs / "mad-v0__none_reseed__0" / "config.yaml").read_text())["seed"]
+    path = runs / "mad-v0__random__0" / "transcripts.jsonl"
+    rewards = [t["reward"] for line in path.open() for t in json.loads(line)["turns"]]
+    assert len(set(rewards)) == len(rewards) == 16  # i.i.d. draws, not the outcome
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ quality_with_outcome  quality + beta R                                      + be
 leave_one_out         v(N) - v(N \\ {i}) under the final-answer rule        unread
 shapley               Shapley value of agent i in the final-answer rule     unread max_agents
 discounted            gamma^(K - k_t) R                                     gamma
+random                i.i.d. N(0, 1), a control with no credit signal       seed
 ====================  ====================================================  ==================
 
 Methods that re-execute episodes with the policies (:mod:`.replay`; not env credit methods:
@@ -25,14 +26,15 @@ shapley_replay        Shapley value of i, v(S) = R(only S speaks, re-run)   samp
 sibling               R - mean R(turn t resampled, later turns re-run)      samples
 ====================  ====================================================  ==================
 
-See :mod:`.shaping` (Q_t and its scopes), :mod:`.counterfactual` (the coalition game) and
-:mod:`.methods`; :mod:`.degeneracy` flags a method that trains exactly like ``none``
-under group-normalised advantages. The fast benchmark lives in
+See :mod:`.shaping` (Q_t and its scopes), :mod:`.counterfactual` (the coalition game),
+:mod:`.methods` and :mod:`.controls`; :mod:`.degeneracy` flags a method that trains
+exactly like ``none`` under group-normalised advantages. The fast benchmark lives in
 :mod:`marti_env.credit.bench` (imported on use).
 """
 
 from __future__ import annotations
 
+from marti_env.credit import controls as _controls  # noqa: F401  (registers)
 from marti_env.credit import counterfactual as _counterfactual  # noqa: F401  (registers)
 from marti_env.credit import methods as _methods  # noqa: F401  (registers built-ins)
 from marti_env.credit import replay as _replay  # noqa: F401  (registers)
