@@ -240,6 +240,13 @@ def make(id: str, api: Literal["parallel", "aec"] = "parallel", **overrides: Any
     prompts = Prompts.from_dict(
         _merge_prompts(env_spec.prompts, prompt_overrides), env_spec.workflow.templates, where=id
     )
+    for template, needed in workflow.required_fields().items():
+        for name, why in needed.items():
+            if name not in prompts.templates[template].fields():
+                raise ValueError(
+                    f"{id}: prompt template {template!r} does not use {{{{{name}}}}}, which "
+                    f"this env needs: {why}"
+                )
     reward_keys = reward_options(args["reward"])
     reward_opts = {k: v for k, v in args.items() if k in reward_keys}
     credit_options = {

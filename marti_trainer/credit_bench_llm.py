@@ -7,8 +7,9 @@ its trainer-side counterpart, so it lives in ``marti_trainer`` and imports the t
 Each cell trains with :func:`marti_trainer.train.train` from one base config (by default
 ``baselines/quickstart.yaml``: SmolLM2-135M-Instruct, arithmetic tasks), changing only the
 env, the credit method and the seed, so every method gets the same fixed budget
-(``total_steps`` x ``tasks_per_step`` x ``n_samples`` episodes) and the same held-out
-tasks. Per cell it reports:
+(``total_steps`` x ``tasks_per_step`` x ``n_samples`` episodes; a re-execution method
+fewer at an equal generation budget, see Budget below) and the same held-out tasks. Per
+cell it reports:
 
 * ``acc_start`` / ``acc_final``: held-out greedy team accuracy before and after training
   (the base config's ``env.eval_tasks``). ``acc_start`` is measured once per (env, seed),
@@ -44,7 +45,8 @@ pays for replays in generations. With ``budget="generations"`` (the default, as 
 tier's) its cell trains on fewer tasks per step, so that a step spends about the
 generations the base config's steps spend without replays
 (:func:`equal_generation_tasks`); ``budget="episodes"`` keeps the base config's tasks per
-step and puts the replays on top. Every other method keeps the base config's.
+step and puts the replays on top (and reproduces, so reuses, re-execution cells trained
+before the budget existed). Every other method keeps the base config's.
 
 The base config's ``env.kwargs`` apply only to the env it names (the quick start's are
 ``mad-v0``'s, including its prompts); any other env gets its registered defaults plus the
@@ -99,7 +101,16 @@ NONE_RESEED = "none@reseed"
 
 
 def _label(method: str) -> str:
-    """A method's label, validated (name and options), or the control's."""
+    """A method's label, validated (name and options), or the control's.
+
+    Raises:
+        ValueError: an unknown method or option, or the ``oracle`` control (naming it).
+    """
+    if method.strip() == "oracle":
+        raise ValueError(
+            "the oracle control credits each agent with its true contribution, which an LLM "
+            "team does not have: the fast tier (marti bench credit without --tier llm) runs it"
+        )
     return method.strip() if method.strip() == NONE_RESEED else method_spec(method).label
 
 
@@ -114,9 +125,10 @@ def equal_generation_tasks(tasks_per_step: int, turns: int, replays: int) -> int
     """Tasks per step for a method whose episodes cost ``turns`` generations plus
     ``replays`` generations of re-execution, so that a step spends at most the
     generations of ``tasks_per_step`` tasks without replays (the number of episodes per
-    task, ``n_samples``, cancels): ``max(1, tasks_per_step * turns // (turns + replays))``,
-    the fast tier's rule (:func:`marti_env.credit.bench.harness.budget_episodes`) with the
-    group size kept. By hand: 8 tasks of 2-turn episodes with 2 replays each afford
+    task, ``n_samples``, cancels), except at the floor of one task, which may cost more:
+    ``max(1, tasks_per_step * turns // (turns + replays))``, the fast tier's rule
+    (:func:`marti_env.credit.bench.harness.budget_episodes`) with the group size kept. By
+    hand: 8 tasks of 2-turn episodes with 2 replays each afford
     ``16 // 4 = 4``; with 30 replays, ``max(1, 16 // 32) = 1``."""
     if tasks_per_step < 1 or turns < 1 or replays < 0:
         raise ValueError(
@@ -152,7 +164,8 @@ def cell_config(
     node``, the grouping it needs; with ``budget="generations"`` a re-execution method gets
     fewer ``rollout.tasks_per_step`` (:func:`equal_generation_tasks`); every other method
     keeps the base config's. ``none@reseed`` trains ``none`` with ``seed + RESEED`` (its
-    run is still named after ``seed``, the seed it is paired on).
+    run is still named after ``seed``, the seed it is paired on, and without ``eval.seed``
+    it evaluates on that seed's held-out episodes).
 
     Raises:
         ValueError: ``budget`` is neither ``"generations"`` nor ``"episodes"``.
@@ -173,7 +186,13 @@ def cell_config(
         exp_name=_slug(method),
         run_name=f"{_slug(env.label)}__{_slug(method)}__{seed}",
         env=replace(base.env, id=env.env_id, kwargs=kwargs, credit=name, credit_kwargs=options),
-        eval=replace(base.eval, at_start=at_start, at_end=True),
+        # the floor's held-out episodes are those of the seed it pairs on
+        eval=replace(
+            base.eval,
+            at_start=at_start,
+            at_end=True,
+            seed=seed if reseed and base.eval.seed is None else base.eval.seed,
+        ),
         log=replace(
             base.log,
             output_dir=str(runs_dir),

@@ -24,7 +24,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -322,9 +322,14 @@ def train(
         stop_at_step: Stop after this step as if the process were killed there (no final
             evaluation, plots or summary); for time-boxed jobs and resume tests.
     """
+    given = (cfg.optim.precision, cfg.rollout.dtype)
     if resume is not None:  # keep the precision the run was started with
         cfg = keep_resumed(cfg, _saved_config(Path(resume)))
+    kept = (cfg.optim.precision, cfg.rollout.dtype) != given
     cfg, precision = resolve_config(cfg, precision_device(cfg))
+    if kept:  # set by keep_resumed, not by the user (the warning, if any, still holds)
+        reason = precision.reason.replace("set explicitly", "kept from the resumed run", 1)
+        precision = replace(precision, reason=reason)
     print(
         f"precision: {precision.precision}, rollout dtype: {precision.rollout_dtype} "
         f"({precision.reason})",

@@ -317,6 +317,22 @@ def test_cli_no_controls_leaves_the_control_runs_out(tmp_path):
     assert {"oracle", "random", "none@reseed"} <= {r["method"] for r in rows}
 
 
+def test_a_control_named_in_methods_is_the_control(tmp_path):
+    # `random` is the control (noise in training, no attribution), not the `random` credit
+    # method, which `random:seed=1` names
+    argv = ["bench", "credit", "--envs", "chain-v0", "--seeds", "0", *SMALL, "--no-controls"]
+    cli([*argv, "--methods", "none,random,random:seed=1", "--out", str(tmp_path / "a")])
+    rows = {
+        r["method"]: r for r in json.loads((tmp_path / "a" / "results.json").read_text())["rows"]
+    }
+    assert rows["random"]["fidelity"] is None  # n/a: a control (NaN, written as null)
+    assert isinstance(rows["random:seed=1"]["fidelity"], float)
+    with pytest.raises(ValueError, match="oracle control credits each agent with its true"):
+        cli(
+            ["bench", "credit", "--tier", "llm", "--methods", "none,oracle", "--out", str(tmp_path)]
+        )
+
+
 def test_cli_min_effect_and_train_seed_offset_reach_the_config(tmp_path):
     argv = ["bench", "credit", "--methods", "none", "--envs", "chain-v0", "--seeds", "0", *SMALL,
             "--no-controls"]  # fmt: skip

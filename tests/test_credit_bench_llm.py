@@ -114,6 +114,9 @@ def test_controls_are_cells_like_any_method(tiny_dir, tmp_path):  # noqa: F811
     floor = cell_config(base, "mad-v0", "none@reseed", 2, tmp_path, False)
     assert (floor.env.credit, floor.env.credit_kwargs, floor.seed) == ("none", {}, 2 + RESEED)
     assert floor.run_name == "mad-v0__none_reseed__2"  # paired on seed 2
+    assert (
+        floor.heldout_seed == cell_config(base, "mad-v0", "none", 2, tmp_path, False).heldout_seed
+    )
     noise = cell_config(base, "mad-v0", "random:seed=5", 2, tmp_path, False)
     assert (noise.env.credit, noise.env.credit_kwargs, noise.seed) == ("random", {"seed": 5}, 2)
     with pytest.raises(ValueError, match="unknown credit method 'none@reseeed'"):
@@ -129,6 +132,8 @@ def test_equal_generation_tasks_by_hand():
 
 
 def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tmp_path):  # noqa: F811
+    from marti_env.credit.bench.harness import RESEED
+
     base = tiny_config(tiny_dir, tmp_path / "unused", total_steps=1, rollout__tasks_per_step=8)
     # mad-v0 with 2 agents x 2 rounds: 4 turns; leaving one agent out regenerates the
     # other's round-1 turn: 2 replays an episode, so 8 * 4 // (4 + 2) = 5 tasks a step
@@ -150,7 +155,8 @@ def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tm
     # the controls trained like any cell: the floor on another seed, random on noise
     assert (floor["method"], floor["seed"], floor["generations"]) == ("none@reseed", 0, 16)
     runs = tmp_path / "out" / "runs"
-    assert yaml.safe_load((runs / "mad-v0__none_reseed__0" / "config.yaml").read_text())["seed"]
+    saved = yaml.safe_load((runs / "mad-v0__none_reseed__0" / "config.yaml").read_text())
+    assert saved["seed"] == RESEED and saved["eval"]["seed"] == 0
     path = runs / "mad-v0__random__0" / "transcripts.jsonl"
     rewards = [t["reward"] for line in path.open() for t in json.loads(line)["turns"]]
     assert len(set(rewards)) == len(rewards) == 16  # i.i.d. draws, not the outcome

@@ -259,3 +259,9 @@ def test_signal_listener_told_the_target_in_the_credit_irrelevant_variant():
     assert f". The target is {target}. Your partner" in seen and "message: ok." in seen
     with pytest.raises(ValueError, match="listener_sees_target must be a bool, got 1"):
         marti_env.make("signal-v0", listener_sees_target=1)
+    # a user's listen prompt without {{hint}} would drop the target silently: refused
+    own = {"listen": {"user": "Candidates: {{candidates}}. Message: {{message}}. Box it."}}
+    marti_env.make("signal-v0", prompts=own)  # fine where no hint is needed
+    with pytest.raises(ValueError, match=r"signal-v0: prompt template 'listen' does not use "
+                       r"\{\{hint\}\}, which this env needs: listener_sees_target"):  # fmt: skip
+        marti_env.make("signal-v0", prompts=own, listener_sees_target=True)

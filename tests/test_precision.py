@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from marti_trainer.config import OptimConfig, TrainConfig
@@ -78,15 +79,17 @@ def test_explicit_bf16_on_a_cpu_that_emulates_it_is_kept_with_a_warning():
     assert ("warning" in followed) == (not cpu_bf16_flags())
 
 
-def test_a_policy_without_a_dtype_loads_the_native_one(tmp_path):
+@pytest.mark.parametrize(("flags", "dtype"), [([], "float32"), (["avx512_bf16"], "bfloat16")])
+def test_a_policy_without_a_dtype_loads_the_native_one(tmp_path, monkeypatch, flags, dtype):
+    from marti_trainer import precision
     from marti_trainer.models import tiny_random_model
     from marti_trainer.policies.hf import HFPolicy
 
     tiny_dir = tiny_random_model(tmp_path / "m", seed=0)
-
-    assert native_dtype(torch.device("cpu")) == ("bfloat16" if cpu_bf16_flags() else "float32")
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: flags)  # either kind of CPU
+    assert native_dtype(torch.device("cpu")) == dtype
     with HFPolicy(tiny_dir) as policy:
-        assert policy.model.dtype == getattr(torch, native_dtype(torch.device("cpu")))
+        assert policy.model.dtype == getattr(torch, dtype)
 
 
 def test_the_defaults_are_auto_and_resolve_to_concrete_values():
@@ -134,3 +137,18 @@ def test_a_resumed_run_keeps_the_precision_it_started_with():
     explicit = TrainConfig(optim=OptimConfig(precision="bf16"))
     assert keep_resumed(explicit, saved).optim.precision == "bf16"  # an explicit setting wins
     assert keep_resumed(TrainConfig(), None).optim.precision == "auto"
+
+
+def test_a_resumed_runs_precision_says_it_was_kept(tmp_path, capsys):
+    from marti_trainer.models import tiny_random_model
+    from marti_trainer.train import train
+    from tests.test_train import tiny_config
+
+    tiny = tiny_random_model(tmp_path / "m", seed=0)
+    cfg = tiny_config(tiny, tmp_path / "runs", total_steps=2, run_name="r", log__save_every=1,
+                      optim__precision="auto", rollout__dtype="auto")  # fmt: skip
+    run = train(cfg, stop_at_step=1).run_dir
+    assert "(auto: a CPU" in capsys.readouterr().err  # chosen for this machine
+    train(cfg, resume=str(run))
+    err = capsys.readouterr().err
+    assert "(kept from the resumed run" in err and "set explicitly" not in err

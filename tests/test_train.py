@@ -343,19 +343,24 @@ def test_eval_cli_evaluates_a_runs_checkpoint_in_another_env(tiny_dir, tmp_path)
     ]  # the base model answers otherwise: the trained weights were used
 
 
-def test_eval_cli_without_a_dtype_loads_the_devices_native_one(tiny_dir, capsys):
+@pytest.mark.parametrize(("flags", "dtype"), [([], "float32"), (["amx_bf16"], "bfloat16")])
+def test_eval_cli_without_a_dtype_loads_the_devices_native_one(
+    tiny_dir, capsys, monkeypatch, flags, dtype
+):
     """A plain `marti eval --backend hf` picks bf16 only where the CPU has it natively
     (emulated bf16 is many times slower); an explicit --dtype is kept."""
+    from marti_trainer import precision
     from marti_trainer.cli import main
-    from marti_trainer.precision import native_dtype
+
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: flags)  # either kind of CPU
 
     common = ["eval", "--env", "single-v0", "--model", str(tiny_dir), "--data", "arithmetic",
               "--levels", "1", "--limit", "1", "-k", "1", "--max-tokens", "2",
               "--no-progress"]  # fmt: skip
     assert main(common) == 0
-    assert f"dtype {native_dtype(torch.device('cpu'))}," in capsys.readouterr().err
-    assert main([*common, "--dtype", "bfloat16"]) == 0
-    assert "dtype bfloat16," in capsys.readouterr().err
+    assert f"dtype {dtype}," in capsys.readouterr().err
+    assert main([*common, "--dtype", "float32"]) == 0
+    assert "dtype float32," in capsys.readouterr().err
 
 
 def test_load_trained_unit_names_the_units_and_loads_adapters(tiny_dir, tmp_path):

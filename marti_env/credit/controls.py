@@ -3,8 +3,9 @@
 A benchmark needs a floor as well as a ceiling: a method that cannot beat ``random`` teaches
 the team nothing about who helped. The fast tier has its own ``random`` control (i.i.d.
 standard normal rewards in its trainer, :mod:`marti_env.credit.bench.harness`); this is
-the same rule as a credit method, so ``marti train`` and the LLM tier of ``marti bench
-credit`` can train with it.
+the same kind of rewards as a credit method (drawn from the episode's own content, so
+identical episodes get identical draws), so ``marti train`` and the LLM tier of ``marti
+bench credit`` can train with it.
 """
 
 from __future__ import annotations

@@ -122,6 +122,12 @@ class Workflow(ABC):
             raise ValueError(f"max_shared_chars must be >= 200, got {max_shared_chars}")
         self.max_shared_chars = max_shared_chars
 
+    def required_fields(self) -> Mapping[str, Mapping[str, str]]:
+        """Template fields this workflow's arguments rely on: ``{template: {field: why}}``.
+        The env refuses prompts whose template leaves one out (a user's prompt would
+        otherwise drop it silently). None by default."""
+        return {}
+
     @abstractmethod
     def role(self, agent: str) -> str:
         """The role of ``agent`` (e.g. ``"debater"``)."""

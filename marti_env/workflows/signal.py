@@ -129,6 +129,11 @@ class Signal(Workflow):
             raise ValueError(f"listener_sees_target must be a bool, got {listener_sees_target!r}")
         self.listener_sees_target = listener_sees_target
 
+    def required_fields(self) -> Mapping[str, Mapping[str, str]]:
+        if self.listener_sees_target:
+            return {"listen": {"hint": "listener_sees_target=True tells the listener the target"}}
+        return {}
+
     def role(self, agent: str) -> str:
         return agent.rpartition("_")[0]
 

@@ -235,7 +235,10 @@ def _check_tier_options(args: argparse.Namespace) -> None:
             flags = ", ".join(
                 "--no-controls" if n == "controls" else "--" + n.replace("_", "-") for n in given
             )
-            raise ValueError(f"{flags}: fast-tier options; the llm tier takes --config and --set")
+            raise ValueError(
+                f"{flags}: fast-tier options; the llm tier takes --config, --set, "
+                "--keep-checkpoints and --budget"
+            )
     elif args.config is not None or args.overrides or args.keep_checkpoints is not None:
         raise ValueError("--config/--set/--keep-checkpoints configure the llm tier; add --tier llm")
 

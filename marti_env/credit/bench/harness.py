@@ -250,9 +250,14 @@ def split_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 def method_spec(spec: str | MethodSpec | CreditMethod) -> MethodSpec:
     """``"quality"``, ``"quality:alpha=0.3:scope=agent"`` (validated now), a ``MethodSpec``,
-    or a credit object (used as a template: each run gets a deep copy)."""
+    or a credit object (used as a template: each run gets a deep copy). A control's label
+    (:data:`CONTROLS`) is that control, so ``--methods none,random --no-controls`` runs the
+    ``random`` control; the ``random`` credit method with options (``random:seed=1``) is the
+    method."""
     if isinstance(spec, MethodSpec):
         return spec
+    if isinstance(spec, str) and spec.strip() in CONTROLS:
+        return next(c for c in control_specs() if c.label == spec.strip())
     if isinstance(spec, CreditMethod):
         import copy
 

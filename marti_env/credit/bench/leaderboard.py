@@ -51,6 +51,11 @@ def load_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or "rows" not in data or "summary" not in data:
             raise ValueError(f"{path}: not a credit benchmark results.json (no rows/summary)")
+        if data.get("tier", "fast") != "fast":
+            raise ValueError(
+                f"{path}: a {data['tier']}-tier results.json; the leaderboard reads the fast "
+                "tier's (marti report reads the LLM tier's runs)"
+            )
         out.append(data)
     return out
 
@@ -73,18 +78,24 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     first = results[0]
 
-    def setup(data: Mapping[str, Any]) -> dict[str, Any]:
+    def setup(data: Mapping[str, Any], i: int) -> dict[str, Any]:
         # through BenchConfig, so spellings that mean the same compare equal (files written
-        # before a setting existed, or with normalize: true for "std")
-        config = BenchConfig(**data["config"]).to_dict()
-        return {k: v for k, v in config.items() if k != "controls"}
+        # before a setting existed, or with normalize: true for "std"); JSON-normal, so a
+        # default tuple equals a list read from a file
+        try:
+            config = BenchConfig(**data["config"]).to_dict()
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"result {i}: its config is not a fast-tier BenchConfig ({e})"
+            ) from None
+        return {k: v for k, v in json.loads(json.dumps(config)).items() if k != "controls"}
 
     merged: dict[str, Any] = {k: first[k] for k in ("tier", "config", "seeds")}
     merged.update(methods=[], envs=[], rows=[], summary=[])
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for i, data in enumerate(results):
         for key, this, that in (
-            ("config", setup(data), setup(first)),
+            ("config", setup(data, i), setup(first, 0)),
             ("seeds", data["seeds"], first["seeds"]),
         ):
             if this != that:
@@ -243,11 +254,12 @@ def leaderboard_markdown(
             lines.append("")
             for cells in table:
                 verdict = cells[COLUMNS.index("verdict")]
-                # random credit is a floor meant to lose everywhere, variants included
-                tied = verdict.startswith(("indistinguishable", "negligible"))
-                if family and verdict and not tied and cells[0] != "`random`":
-                    not_tied.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
-                elif not family and tied:
+                # on a variant even a negligible difference is listed (a systematic one is
+                # shaping); random credit is a floor meant to lose everywhere
+                if family and verdict and not verdict.startswith("indistinguishable"):
+                    if cells[0] != "`random`":
+                        not_tied.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
+                elif not family and verdict.startswith(("indistinguishable", "negligible")):
                     cannot_tell.append(f"`{env}`: {cells[0]} ({verdict.split(':')[0]})")
             if family:
                 left_out.append(env)
@@ -286,7 +298,9 @@ def leaderboard_markdown(
     lines.append("")
     if left_out:
         lines += ["## Where a method does not tie on a credit-irrelevant variant", ""]
-        lines += [f"- {c}" for c in not_tied] or ["- (none: every method but `random` ties)"]
+        lines += [f"- {c}" for c in not_tied] or [
+            "- (none: every method but `random` is indistinguishable from `none`)"
+        ]
         lines.append("")
     return "\n".join(lines)
 

@@ -73,7 +73,9 @@ decides the outcome (one solver sees the whole total; the verifier's decision is
 applied; the listener is told the target; the tester has no round to help in), so credit
 cannot matter and every method must tie with ``none``. A method that gives that agent
 another reward than the outcome (a per-turn score) may still train it differently: that is
-reward shaping, not credit."""
+reward shaping, not credit. The ties hold for agents with separate policies (the simulated
+tier); agents sharing one model (``model.sharing: shared`` in the LLM tier) also learn from
+the other agent's reward, so a method can move the deciding agent through the shared weights."""
 
 
 def is_credit_irrelevant(env_id: str, kwargs: Mapping[str, Any]) -> bool:
