@@ -339,6 +339,8 @@ def run_llm_benchmark(
     runs_dir = Path(out_dir) / "runs"
     checks: dict[tuple[str, str], list[bool | None]] = {}  # per (env, method), every seed's
     for env in env_labels:
+        # an episode's policy generations, whatever the method (the cell without credit)
+        turns = generation_cost(cell_config(base, env, "none", 0, runs_dir, False))[0]
         for seed in result.seeds:
             acc_start = math.nan
             for k, method in enumerate(labels):
@@ -353,8 +355,6 @@ def run_llm_benchmark(
                 replayed = [int(h["rollout/replay_generations"]) for h in history
                             if "rollout/replay_generations" in h]  # fmt: skip
                 episodes = cfg.rollout.tasks_per_step * cfg.rollout.n_samples * cfg.total_steps
-                plain = replace(cfg, env=replace(cfg.env, credit="none", credit_kwargs={}))
-                turns = generation_cost(plain)[0]
                 checks.setdefault((env, method), []).append(
                     trained_like_none(runs_dir / cfg.run_name, cfg)
                 )

@@ -146,9 +146,18 @@ def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tm
         cell_config(base, "mad-v0", "none", 0, tmp_path, True, "tokens")  # type: ignore[arg-type]
 
     small = tiny_config(tiny_dir, tmp_path / "unused", total_steps=1)  # 2 tasks x 2 samples
-    methods = ["none", "leave_one_out_replay", "none@reseed", "random"]
+    methods = [
+        "none",
+        "leave_one_out_replay",
+        "none@reseed",
+        "random",
+        "sibling:train=true:samples=1",
+    ]
     result = run_llm_benchmark(methods, ["mad-v0"], [0], small, tmp_path / "out")
-    none, loo, floor, noise = result.rows
+    none, loo, floor, noise, tree = result.rows
+    # sibling resamples each turn and re-runs what follows: 2 x (1 + 2) + 2 x 1 = 8 replays
+    # an episode, so max(1, 2 * 4 // 12) = 1 task (group_by: node, its own grouping)
+    assert (tree["episodes"], tree["generations"]) == (2, 2 * 4 + 2 * 8)
     assert (none["episodes"], none["generations"]) == (4, 16)
     # 2 * 4 // 6 = 1 task: 2 episodes of 4 turns, plus their 2 x 2 replays
     assert (loo["episodes"], loo["generations"]) == (2, 2 * 4 + 2 * 2)
@@ -187,8 +196,10 @@ def test_cli_llm_tier_with_the_default_model(tmp_path, capsys, monkeypatch):
     assert history[-1]["eval/boxed_rate"] > 0  # the real model boxes answers; a random one never
     sibling = [h for h in read_metrics(out / "runs" / "mad-v0__sibling_train=true_samples=1__0")
                if "rollout/samples" in h][-1]  # fmt: skip
-    # 2 tasks x 2 episodes x 4 turns (2 agents, 2 rounds), each with 1 resampled sibling
-    assert sibling["rollout/sibling_samples"] == 16 and sibling["rollout/samples"] == 32
+    # at the default equal generation budget its 8 replays an episode leave it 1 task of the
+    # 2 (max(1, 2 * 4 // 12)): 2 episodes x 4 turns (2 agents, 2 rounds), each with 1
+    # resampled sibling
+    assert sibling["rollout/sibling_samples"] == 8 and sibling["rollout/samples"] == 16
     assert math.isfinite(sibling["losses/policy/policy_loss"])  # and it trained on them
 
 
