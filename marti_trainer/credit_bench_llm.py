@@ -101,7 +101,8 @@ NONE_RESEED = "none@reseed"
 
 
 def _label(method: str) -> str:
-    """A method's label, validated (name and options), or the control's.
+    """A method's label, validated (name and options; a control's label names the control,
+    :func:`~marti_env.credit.bench.harness.method_spec`).
 
     Raises:
         ValueError: an unknown method or option, or the ``oracle`` control (naming it).
@@ -111,7 +112,7 @@ def _label(method: str) -> str:
             "the oracle control credits each agent with its true contribution, which an LLM "
             "team does not have: the fast tier (marti bench credit without --tier llm) runs it"
         )
-    return method.strip() if method.strip() == NONE_RESEED else method_spec(method).label
+    return method_spec(method).label
 
 
 def _slug(text: str) -> str:

@@ -93,9 +93,10 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {k: first[k] for k in ("tier", "config", "seeds")}
     merged.update(methods=[], envs=[], rows=[], summary=[])
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    reference = setup(first, 0)
     for i, data in enumerate(results):
         for key, this, that in (
-            ("config", setup(data, i), setup(first, 0)),
+            ("config", setup(data, i), reference),
             ("seeds", data["seeds"], first["seeds"]),
         ):
             if this != that:
