@@ -9,9 +9,11 @@ own job with its env's rules:
   (:func:`marti_env.workflows.split_sum.local_correct`); per role, the share that did, and
   the share that boxed a number at all.
 * ``gate-v0`` (:func:`gate_counts`): the generator's proposal is right or wrong (its turn's
-  score); the verifier ACCEPTs, REJECTs or decides nothing (which lets the proposal
-  through); its decisions against the proposals' correctness give the balanced accuracy
-  (:func:`marti_env.workflows.gate.balanced_accuracy`: always-ACCEPT scores 50).
+  score); each verifier ACCEPTs, REJECTs or decides nothing (which lets the proposal
+  through); the decisions against the proposals' correctness give the balanced accuracy
+  (:func:`marti_env.workflows.gate.balanced_accuracy`: always-ACCEPT scores 50). With a
+  panel (``num_verifiers`` K > 1) every verifier's decision counts, so the decision
+  columns are shares of the ``K x problems`` decisions.
 
 Collect from run folders (all of one env), then render::
 
@@ -41,7 +43,7 @@ import yaml
 
 from marti_env.tasks.task import Task
 from marti_env.workflows.base import Workflow
-from marti_env.workflows.gate import GENERATOR, VERIFIER, balanced_accuracy, decision
+from marti_env.workflows.gate import GENERATOR, balanced_accuracy, decision
 from marti_env.workflows.split_sum import local_correct, parse_int
 
 
@@ -87,9 +89,10 @@ def split_sum_counts(records: list[dict[str, Any]], workflow: Any, where: str) -
 
 
 def gate_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dict[str, Any]:
-    """The verifier's decisions against the generator's proposals: counts of
+    """Every verifier's decisions against the generator's proposals: counts of
     ``{right, wrong}_{accept, reject, none}`` (a proposal is right when its turn scored 1;
-    no decision lets it through), and the problems whose team outcome is 1.
+    no decision lets it through) over ``decisions`` (verifiers x problems), and the
+    problems whose team outcome is 1.
 
     Raises:
         ValueError: as :func:`split_sum_counts`.
@@ -97,10 +100,12 @@ def gate_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dic
     out: dict[str, Any] = {f"{p}_{d}": 0 for p in ("right", "wrong")
                            for d in ("accept", "reject", "none")}  # fmt: skip
     out["problems"], out["team"] = len(records), 0
+    out["decisions"] = len(records) * len(workflow.verifiers)
     for _, turns, answers, outcome in _episodes(records, workflow, where):
         right = float(turns[GENERATOR]["score"]) == 1.0
-        said = decision(answers[VERIFIER])
-        out[f"{'right' if right else 'wrong'}_{(said or 'none').lower()}"] += 1
+        for verifier in workflow.verifiers:
+            said = decision(answers[verifier])
+            out[f"{'right' if right else 'wrong'}_{(said or 'none').lower()}"] += 1
         out["team"] += int(outcome == 1.0)
     return out
 
@@ -199,7 +204,7 @@ def _gate_cells(c: dict[str, Any]) -> list[str]:
         for d in ("accept", "reject", "none"):
             labels += [p == "right"] * c[f"{p}_{d}"]
             accepted += [d != "reject"] * c[f"{p}_{d}"]
-    n = c["problems"]
+    n = c.get("decisions", c["problems"])  # files from before panels: one verifier
     ba = balanced_accuracy(labels, accepted) if labels else float("nan")
     return [
         _pct(sum(labels), n),

@@ -31,9 +31,12 @@ cell it reports:
   cannot be checked (no transcripts, sibling groups, a per-token estimator).
 * ``attr`` / ``attr_within``: n/a. An LLM agent's true contribution is unknown; the fast
   tier (:mod:`marti_env.credit.bench`) scores attribution.
-* ``episodes`` / ``generations``: what the cell's training spent: its episodes, and the
-  policy generations of their turns plus the replays of a re-execution method
-  (``rollout/replay_generations``).
+* ``episodes`` / ``generations`` / ``tokens``: what the cell's training spent: its
+  episodes, the policy generations of their turns plus the replays of a re-execution
+  method (``rollout/replay_generations``), and the response tokens of both
+  (``rollout/tokens`` plus ``rollout/replay_tokens``; NaN for a cell trained before the
+  trainer logged ``rollout/tokens``). The budget equalises generations, not tokens: the
+  table's ``tokens`` column shows how far apart the methods' token spending ended.
 
 Controls, opt-in (each is a training run per seed): ``random`` (the credit method of that
 name, i.i.d. standard normal rewards: the floor) and ``none@reseed`` (``none`` with the
@@ -67,7 +70,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -137,6 +140,19 @@ def equal_generation_tasks(tasks_per_step: int, turns: int, replays: int) -> int
             f"be >= 1, replays {replays} >= 0"
         )
     return max(1, tasks_per_step * turns // (turns + replays))
+
+
+def spent_tokens(history: Sequence[Mapping[str, Any]], steps: int) -> float:
+    """Response tokens a cell's training generated: the sum over its ``steps`` steps of
+    ``rollout/tokens`` (the rollout's samples) and ``rollout/replay_tokens`` (a
+    re-execution method's replays); NaN unless every step logged ``rollout/tokens`` (a
+    cell trained before the trainer did). By hand: two steps of 100 and 120 tokens, one
+    with 30 replay tokens, give 250.0."""
+    by_step = {int(h["step"]): h for h in history if "rollout/tokens" in h}  # a resumed
+    if len(by_step) != steps:  # run's repeated step counts once (its last entry)
+        return math.nan
+    return float(sum(h["rollout/tokens"] + h.get("rollout/replay_tokens", 0.0)
+                     for h in by_step.values()))  # fmt: skip
 
 
 def generation_cost(cfg: TrainConfig) -> tuple[int, int]:
@@ -355,6 +371,7 @@ def run_llm_benchmark(
                         if "rollout/zero_spread_groups" in h]  # fmt: skip
                 replayed = [int(h["rollout/replay_generations"]) for h in history
                             if "rollout/replay_generations" in h]  # fmt: skip
+                tokens = spent_tokens(history, cfg.total_steps)
                 episodes = cfg.rollout.tasks_per_step * cfg.rollout.n_samples * cfg.total_steps
                 checks.setdefault((env, method), []).append(
                     trained_like_none(runs_dir / cfg.run_name, cfg)
@@ -368,6 +385,7 @@ def run_llm_benchmark(
                     "zero_adv": sum(zero) / len(zero) if zero else math.nan,
                     "episodes": episodes,
                     "generations": episodes * turns + sum(replayed),
+                    "tokens": tokens,
                     "seconds": summary["wall_s"] if reused else round(time.perf_counter() - t0, 1),
                 })  # fmt: skip
                 if log:

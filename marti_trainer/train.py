@@ -98,7 +98,9 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     (``zero_spread_groups``: the share of advantage groups under ``group_by`` whose rewards
     are all equal); training samples, and how many of them are siblings (``sibling`` credit
     with ``train=True``), with the siblings' mean reward and truncation rate (the per-agent
-    figures are the episodes' own turns)."""
+    figures are the episodes' own turns); ``tokens``, the response tokens the step's
+    rollout generated (every sample; a replay credit method's replays are
+    ``rollout/replay_tokens``, logged beside)."""
     out: dict[str, float] = {"rollout/outcome": float(np.mean([e.outcome for e in batch.episodes]))}
     siblings = [s for s in batch.samples if s.branch > 0]
     out["rollout/samples"] = float(len(batch.samples))
@@ -123,6 +125,7 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     boxed = [bool(t.answer) for e in batch.episodes for t in e.turns]
     out["rollout/boxed_rate"] = float(np.mean(boxed))
     out["rollout/tokens_per_s"] = batch.stats.tokens_per_s
+    out["rollout/tokens"] = float(batch.stats.tokens_generated)
     return out
 
 

@@ -16,6 +16,7 @@ from marti_trainer.credit_bench_llm import (
     equal_generation_tasks,
     generation_cost,
     run_llm_benchmark,
+    spent_tokens,
 )
 from marti_trainer.metrics import read_metrics
 from marti_trainer.train import train
@@ -169,6 +170,22 @@ def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tm
     path = runs / "mad-v0__random__0" / "transcripts.jsonl"
     rewards = [t["reward"] for line in path.open() for t in json.loads(line)["turns"]]
     assert len(set(rewards)) == len(rewards) == 16  # i.i.d. draws, not the outcome
+    # tokens: the rollout's response tokens (the transcripts'), plus the replays' for loo
+    for row, cell in ((none, "mad-v0__none__0"), (loo, "mad-v0__leave_one_out_replay__0")):
+        path = runs / cell / "transcripts.jsonl"
+        own = sum(t["meta"]["response_tokens"] for line in path.open()
+                  for t in json.loads(line)["turns"])  # fmt: skip
+        assert row["tokens"] == own if row is none else row["tokens"] > own
+    assert "tokens" in result.table().splitlines()[0]
+
+
+def test_spent_tokens_by_hand():
+    history = [{"step": 1, "rollout/tokens": 100.0, "rollout/replay_tokens": 30.0},
+               {"step": 1, "eval/accuracy": 0.5},
+               {"step": 2, "rollout/tokens": 120.0}]  # fmt: skip
+    assert spent_tokens(history, 2) == 250.0
+    assert spent_tokens([*history, {"step": 2, "rollout/tokens": 120.0}], 2) == 250.0  # resumed
+    assert math.isnan(spent_tokens(history, 3))  # a step without the count: an older cell
 
 
 @pytest.mark.slow

@@ -15,8 +15,15 @@ from marti_env.workflows.gate import (
     flip,
     flip_contribution,
     gate_answer,
+    panel_rejects,
 )
-from marti_env.workflows.signal import NULL_MESSAGE, candidates, message_of, speaker_contribution
+from marti_env.workflows.signal import (
+    NULL_MESSAGE,
+    candidates,
+    join_messages,
+    message_of,
+    speaker_contribution,
+)
 from marti_env.workflows.split_sum import (
     combine,
     evaluate,
@@ -217,6 +224,77 @@ def test_gate_rule_inputs_refuse_a_foreign_transcript():
         marti_env.make("gate-v0", fallback_accuracy=1.5)
 
 
+@pytest.mark.parametrize(
+    ("verdicts", "rejects"),
+    [
+        (["REJECT"], True),
+        (["ACCEPT"], False),
+        ([None], False),
+        (["REJECT", "ACCEPT"], False),  # an even panel's tie lets the proposal through
+        (["REJECT", "REJECT"], True),
+        (["REJECT", "REJECT", "ACCEPT"], True),  # 2 > 3/2
+        (["REJECT", None, "maybe"], False),  # no decision counts as not rejecting
+        (["REJECT", "REJECT", "ACCEPT", "ACCEPT", "REJECT"], True),
+        (["REJECT", "REJECT", None, None, "ACCEPT"], False),  # 2 of 5
+    ],
+)
+def test_panel_rejects_by_strict_majority(verdicts, rejects):
+    assert panel_rejects(verdicts) is rejects
+    answers = {"generator_0": "5", "fallback": "7"}
+    answers.update({f"verifier_{i}": v for i, v in enumerate(verdicts)})
+    assert gate_answer(answers) == ("7" if rejects else "5")
+
+
+def test_a_verifier_panel_counterfactuals_by_hand():
+    """Three verifiers: a verifier is pivotal only when the other two split."""
+    rule = FinalAnswerRule(
+        inputs={
+            "generator_0": "46",
+            "verifier_0": "REJECT",
+            "verifier_1": "ACCEPT",
+            "verifier_2": "REJECT",
+            "fallback": "47",
+        },
+        choose=gate_answer,
+        score=lambda ans: float(ans == "46"),
+    )
+    assert rule.outcome(rule.inputs) == 0.0  # 2 of 3 reject a right proposal
+    flipped = {v: flip_contribution(0.0, rule.outcome({**rule.inputs, v: flip(rule.inputs[v])}))
+               for v in ("verifier_0", "verifier_1", "verifier_2")}  # fmt: skip
+    # flipping either REJECT gives 1 REJECT of 3: the proposal goes through, R' = 1
+    assert flipped == {"verifier_0": -1.0, "verifier_1": 0.0, "verifier_2": -1.0}
+
+
+def test_a_verifier_panel_env():
+    env = marti_env.make("gate-v0", num_verifiers=3, fallback_accuracy=0.0)
+    assert env.possible_agents == ["generator_0", "verifier_0", "verifier_1", "verifier_2"]
+    assert {env.workflow.role(a) for a in env.possible_agents[1:]} == {"verifier"}
+    outcomes = []
+    for verdicts in (("REJECT", "ACCEPT", "ACCEPT"), ("REJECT", "REJECT", "ACCEPT")):
+        obs, _ = env.reset(seed=0)
+        answer = env.record.task.answer
+        assert env.agents == env.possible_agents  # all four live until the episode ends
+        obs, *_ = env.step({a: f"\\boxed{{{answer}}}" for a in env.agents})
+        shown = [obs[f"verifier_{i}"]["messages"][-1]["content"] for i in range(3)]
+        assert len(set(shown)) == 1 and f"\\boxed{{{answer}}}" in shown[0]  # one proposal
+        env.step({"generator_0": "", **{f"verifier_{i}": f"\\boxed{{{v}}}"
+                                         for i, v in enumerate(verdicts)}})  # fmt: skip
+        outcomes.append(env.record.outcome)
+    assert outcomes == [1.0, 0.0]  # the fallback is never right (q = 0)
+    with pytest.raises(ValueError, match=r"num_verifiers must be in \[1, 9\], got 0"):
+        marti_env.make("gate-v0", num_verifiers=0)
+
+
+@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array")  # explained in
+@pytest.mark.filterwarnings("ignore:Observation space for each agent")  # test_env_conformance
+@pytest.mark.filterwarnings("ignore:Action space for each agent")
+def test_a_verifier_panel_passes_the_pettingzoo_tests():
+    from pettingzoo.test import api_test, parallel_api_test
+
+    parallel_api_test(marti_env.make("gate-v0", num_verifiers=3, max_response_chars=500), 10)
+    api_test(marti_env.make("gate-v0", num_verifiers=2, api="aec", max_response_chars=500), 10)
+
+
 # -- signal ------------------------------------------------------------------------------
 
 
@@ -248,6 +326,34 @@ def test_signal_listener_sees_only_the_first_token():
     env.step({"speaker_0": "", "listener_0": f"\\boxed{{{target}}}"})
     assert env.record.outcome == 1.0
     assert "The target is" not in seen  # told only in the credit-irrelevant variant
+
+
+def test_several_speakers_are_shown_in_speaker_order():
+    assert join_messages(["46"]) == "46"
+    assert join_messages(["46", NULL_MESSAGE, "ok"]) == "46 / (no message) / ok"
+    env = marti_env.make("signal-v0", num_speakers=3)
+    assert env.possible_agents == ["speaker_0", "speaker_1", "speaker_2", "listener_0"]
+    obs, _ = env.reset(seed=0)
+    target = env.record.task.answer
+    spoken = {"speaker_0": "\\boxed{ok}", "speaker_1": "nothing boxed",
+              "speaker_2": f"\\boxed{{{target} it is}}", "listener_0": ""}  # fmt: skip
+    obs, *_ = env.step(spoken)
+    seen = obs["listener_0"]["messages"][-1]["content"]
+    assert f"message: ok / (no message) / {target}. Give" in seen
+    env.step({**dict.fromkeys(spoken, ""), "listener_0": f"\\boxed{{{target}}}"})
+    assert env.record.outcome == 1.0
+    with pytest.raises(ValueError, match=r"num_speakers must be in \[1, 4\], got 5"):
+        marti_env.make("signal-v0", num_speakers=5)
+
+
+@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array")
+@pytest.mark.filterwarnings("ignore:Observation space for each agent")
+@pytest.mark.filterwarnings("ignore:Action space for each agent")
+def test_several_speakers_pass_the_pettingzoo_tests():
+    from pettingzoo.test import api_test, parallel_api_test
+
+    parallel_api_test(marti_env.make("signal-v0", num_speakers=2, max_response_chars=500), 10)
+    api_test(marti_env.make("signal-v0", num_speakers=3, api="aec", max_response_chars=500), 10)
 
 
 def test_signal_listener_told_the_target_in_the_credit_irrelevant_variant():

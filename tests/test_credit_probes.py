@@ -177,6 +177,53 @@ def test_true_contributions_by_replay():
     assert truth["speaker_0"] in (0.0, 1.0)
 
 
+def test_true_contributions_of_a_verifier_panel():
+    # three verifiers on a wrong proposal, fallback always right: verifier_0 checks (REJECT),
+    # verifier_1 and verifier_2 never check and always ACCEPT -> 1 REJECT of 3, the wrong
+    # proposal goes through (R = 0). Flipping verifier_0 gives 0 REJECTs (R' = 0): 0;
+    # flipping either acceptor gives 2 REJECTs and the fallback (R' = 1): -1.
+    env = marti_env.make("gate-v0", fallback_accuracy=1.0, num_verifiers=3)
+    team = ProbeTeam(tuple(env.possible_agents),
+                     np.array([[NEVER, 0], [SURE, 0], [NEVER, SURE], [NEVER, SURE]]))  # fmt: skip
+    outcome = play(env, team, 2, 0).record.outcome
+    assert outcome == 0.0
+    truth = true_contributions(env, team, 2, 0, outcome)
+    assert truth == {"generator_0": 0.0, "verifier_0": 0.0, "verifier_1": -1.0,
+                     "verifier_2": -1.0}  # fmt: skip
+    # the benchmark runs on the panel, and the verifiers' balanced accuracy is the panel mean
+    result = run_benchmark(["none", "leave_one_out"], ["gate-v0:num_verifiers=3"], seeds=[0],
+                           config=TINY)  # fmt: skip
+    assert all(0.0 <= r["verifier_ba"] <= 1.0 for r in result.rows)
+
+
+def test_a_listener_of_several_speakers_follows_the_most_named_candidate():
+    team = ProbeTeam(("a",), np.array([[0, SURE]]))
+    rng = np.random.default_rng(0)
+    seen = "Candidates: 46, 40, 41. Your partner, ... message: {}. Give the target in"
+    for said, picked in [("40 / 46 / 46", "46"), ("46 / 40", "46"), ("ok / 40", "40"),
+                         ("(no message) / 41 / 99", "41")]:  # fmt: skip
+        text, d = team.act("a", "listener", user(seen.format(said)), TASK, rng)
+        assert (text, d) == (f"\\boxed{{{picked}}}", [(PERSUADE, True)]), said
+
+
+def test_redundant_speakers_contribute_nothing_alone():
+    # two informative speakers and a listener that follows: the team is right, and removing
+    # either message leaves the other, so each one's true contribution is 0 (the lazy-agent
+    # case); with the second speaker lazy ("ok"), the first is pivotal unless the listener,
+    # left guessing among 4, happens to guess right
+    env = marti_env.make("signal-v0", num_speakers=2)
+    both = ProbeTeam(tuple(env.possible_agents), np.array([[SURE, 0], [SURE, 0], [0, SURE]]))
+    played = play(env, both, 0, 0)
+    truth = true_contributions(env, both, 0, 0, played.record.outcome)
+    assert played.record.outcome == 1.0
+    assert (truth["speaker_0"], truth["speaker_1"]) == (0.0, 0.0)
+    one = ProbeTeam(tuple(env.possible_agents), np.array([[SURE, 0], [NEVER, 0], [0, SURE]]))
+    pivotal = [true_contributions(env, one, s, 0, play(env, one, s, 0).record.outcome)
+               for s in range(8)]  # fmt: skip
+    assert all(t["speaker_1"] == 0.0 for t in pivotal)
+    assert sum(t["speaker_0"] == 1.0 for t in pivotal) >= 4  # the guess is right 1 in 4
+
+
 @register_credit("test_shifted_score")
 @dataclass
 class _ShiftedScore(CreditMethod):

@@ -102,6 +102,25 @@ def test_gate_scores_the_verifier_against_the_proposals(tmp_path):
     assert last == "| none | 3 | 15 | 50.0 | 50.0 | 33.3 | 50.0 | 16.7 | 66.7 |"
 
 
+def test_gate_panel_counts_every_verifiers_decision(tmp_path):
+    def episode(right: bool, said: tuple[str, str], outcome: float) -> dict:
+        answers = {"generator_0": "53" if right else "52", "verifier_0": said[0],
+                   "verifier_1": said[1]}  # fmt: skip
+        return _record(answers, outcome, scores={"generator_0": float(right)})
+
+    # a right proposal: ACCEPT + REJECT; a wrong one: REJECT + nothing -> 4 decisions
+    records = [episode(True, ("ACCEPT", "REJECT"), 1.0), episode(False, ("REJECT", None), 0.0)]
+    kwargs = {"num_verifiers": 2}
+    data = roles.collect([_run(tmp_path, records, kwargs=kwargs, env_id="gate-v0")])
+    counts = data["runs"][0]["steps"]["15"]
+    assert (counts["problems"], counts["decisions"]) == (2, 4)
+    assert [counts[f"right_{d}"] for d in ("accept", "reject", "none")] == [1, 1, 0]
+    assert [counts[f"wrong_{d}"] for d in ("accept", "reject", "none")] == [0, 1, 1]
+    # generator right on 2 of 4 decisions (1 of 2 problems); TPR 1/2, TNR 1/2: 50.0
+    last = roles.render(data).splitlines()[-1]
+    assert last == "| none | 3 | 15 | 50.0 | 50.0 | 25.0 | 50.0 | 25.0 | 50.0 |"
+
+
 def test_runs_of_two_envs_are_refused(tmp_path):
     ok = {"solver_0": "1", "solver_1": "2", "distractor_0": None, "distractor_1": None}
     a = _run(tmp_path / "a", [_record(ok, 0.0)])

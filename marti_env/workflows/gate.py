@@ -1,16 +1,17 @@
-"""Generator-verifier gate (``gate-v0``): a verifier decides whether a proposal goes through.
+"""Generator-verifier gate (``gate-v0``): verifiers decide whether a proposal goes through.
 
-A credit-assignment probe: the verifier's contribution is exactly computable (the outcome
+A credit-assignment probe: a verifier's contribution is exactly computable (the outcome
 with its decision flipped), and its decisions can be scored against the ground truth
 (balanced accuracy), apart from the team outcome.
 
 Agents
-    ``generator_0`` (role ``generator``) and ``verifier_0`` (role ``verifier``).
+    ``generator_0`` (role ``generator``) and a panel of ``verifier_0 .. verifier_{K-1}``
+    (role ``verifier``, ``K = num_verifiers``, 1 by default).
 
 Observation
-    Round 0: the generator is shown the task (template ``solve``). Round 1: the verifier
-    is shown the task and the generator's response (template ``verify``), clipped to
-    ``max_shared_chars``.
+    Round 0: the generator is shown the task (template ``solve``). Round 1: every
+    verifier is shown the task and the generator's response (template ``verify``),
+    clipped to ``max_shared_chars``; the verifiers do not see each other.
 
 Action
     Any text; its answer is the last ``\\boxed{}``. The verifier boxes ``ACCEPT`` or
@@ -18,32 +19,36 @@ Action
     which lets the proposal through (no veto).
 
 Rewards
-    Final answer: the generator's answer if the verifier accepts, else the answer of a
-    scripted fallback solver that is right with probability ``fallback_accuracy`` (its
-    answer is drawn from the episode's generator at reset, whatever the agents do;
-    wrong answers are near misses of the reference): :func:`gate_answer`. The outcome
-    is the verifier (default ``math``) on that answer. Each turn is scored on its own
-    boxed answer: the generator's proposal, and 0 for the verifier (a decision is not an
-    answer). The verifier's exact contribution is :func:`flip_contribution`,
-    ``R - R(decision flipped)``; its decisions against whether the proposal was right
-    give :func:`balanced_accuracy`. The rule reads the fallback's answer as a third
-    input, ``"fallback"`` (a player of the coalition game, with no turns). With
-    ``binding=False`` the decision is recorded and scored but never applied: the final
-    answer is always the generator's, so the verifier cannot change the outcome (its
-    contribution is 0 in every episode) and the env is the credit-irrelevant variant of the
-    probe: only the generator matters, and every method that pays it the outcome trains it
-    alike.
+    Final answer: the generator's answer unless the panel rejects it (more than half of
+    the ``K`` verifiers box REJECT: :func:`panel_rejects`; with one verifier, its REJECT),
+    else the answer of a scripted fallback solver that is right with probability
+    ``fallback_accuracy`` (its answer is drawn from the episode's generator at reset,
+    whatever the agents do; wrong answers are near misses of the reference):
+    :func:`gate_answer`. The outcome is the verifier (default ``math``) on that answer.
+    Each turn is scored on its own boxed answer: the generator's proposal, and 0 for a
+    verifier (a decision is not an answer). A verifier's exact contribution is
+    :func:`flip_contribution`, ``R - R(its decision flipped)``, the others' decisions
+    kept: with ``K > 1`` a verifier is pivotal only when the rest of the panel is split,
+    so the team outcome says less about each verifier's decision as ``K`` grows. Its
+    decisions against whether the proposal was right give :func:`balanced_accuracy`. The
+    rule reads the fallback's answer as one more input, ``"fallback"`` (a player of the
+    coalition game, with no turns). With ``binding=False`` the decisions are recorded and
+    scored but never applied: the final answer is always the generator's, so no verifier
+    can change the outcome (each one's contribution is 0 in every episode) and the env is
+    the credit-irrelevant variant of the probe: only the generator matters, and every
+    method that pays it the outcome trains it alike.
 
 Episode end
-    After round 1; both agents terminate.
+    After round 1; every agent terminates.
 
 Arguments
     ``fallback_accuracy`` (q, in [0, 1]), ``binding`` (bool, default True),
-    ``max_shared_chars``. The generator's skill is the policy's: the simulated tier of the
-    credit benchmark sweeps it against q.
+    ``num_verifiers`` (K, 1..9, default 1), ``max_shared_chars``. The generator's skill is
+    the policy's: the simulated tier of the credit benchmark sweeps it against q.
 
 Version history
-    v0: initial version; ``binding`` added later (its default is the original rule).
+    v0: initial version; ``binding`` and ``num_verifiers`` added later (their defaults
+    are the original rule and agents).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ import numpy as np
 
 from marti_env.record import Turn
 from marti_env.tasks.task import Task
-from marti_env.workflows.base import Prompt, Workflow
+from marti_env.workflows.base import Prompt, Workflow, check_int
 
 GENERATOR, VERIFIER, FALLBACK = "generator_0", "verifier_0", "fallback"
 ACCEPT, REJECT = "ACCEPT", "REJECT"
@@ -74,9 +79,28 @@ def decision(answer: str | None) -> str | None:
     return word if word in (ACCEPT, REJECT) else None
 
 
+def verifier_names(num_verifiers: int) -> tuple[str, ...]:
+    """The panel's agent names: ``("verifier_0", ..., "verifier_{K-1}")``."""
+    return tuple(f"verifier_{i}" for i in range(num_verifiers))
+
+
+def panel_rejects(answers: Sequence[str | None]) -> bool:
+    """Whether a panel of ``K`` verifiers rejects the proposal: ``#REJECT > K / 2``, a
+    strict majority of the whole panel (no decision counts as not rejecting, and an even
+    panel's tie lets the proposal through). One verifier rejects by its own REJECT.
+
+    >>> panel_rejects(["REJECT"]), panel_rejects(["REJECT", None])
+    (True, False)
+    >>> panel_rejects(["REJECT", "reject", "ACCEPT"]), panel_rejects([])
+    (True, False)
+    """
+    return 2 * sum(decision(a) == REJECT for a in answers) > len(answers)
+
+
 def gate_answer(answers: Mapping[str, str | None], binding: bool = True) -> str | None:
-    """The team's answer: the fallback's if the verifier REJECTs (and its decision is
-    ``binding``), else the generator's.
+    """The team's answer: the fallback's if the panel rejects (:func:`panel_rejects` over
+    the answers of every ``verifier_<i>`` key) and its decision is ``binding``, else the
+    generator's.
 
     >>> gate_answer({"generator_0": "5", "verifier_0": "ACCEPT", "fallback": "7"})
     '5'
@@ -86,8 +110,12 @@ def gate_answer(answers: Mapping[str, str | None], binding: bool = True) -> str 
     '5'
     >>> gate_answer({"generator_0": "5", "verifier_0": "REJECT", "fallback": "7"}, binding=False)
     '5'
+    >>> gate_answer({"generator_0": "5", "verifier_0": "REJECT", "verifier_1": "ACCEPT",
+    ...              "verifier_2": "REJECT", "fallback": "7"})
+    '7'
     """
-    if binding and decision(answers.get(VERIFIER)) == REJECT:
+    panel = [v for k, v in answers.items() if k.rpartition("_")[0] == "verifier"]
+    if binding and panel_rejects(panel):
         return answers.get(FALLBACK)
     return answers.get(GENERATOR)
 
@@ -155,13 +183,19 @@ class Gate(Workflow):
         "verify": frozenset({"problem", "proposal"}),
     }
     labels = ()
-    agents = (GENERATOR, VERIFIER)
     num_rounds = 2
 
     def __init__(
-        self, fallback_accuracy: float = 0.5, binding: bool = True, max_shared_chars: int = 6000
+        self,
+        fallback_accuracy: float = 0.5,
+        binding: bool = True,
+        num_verifiers: int = 1,
+        max_shared_chars: int = 6000,
     ) -> None:
         super().__init__(max_shared_chars=max_shared_chars)
+        self.num_verifiers = check_int("num_verifiers", num_verifiers, 1, 9)
+        self.verifiers = verifier_names(self.num_verifiers)
+        self.agents = (GENERATOR, *self.verifiers)
         q = fallback_accuracy
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q <= 1.0:
             raise ValueError(f"fallback_accuracy must be a number in [0, 1], got {q!r}")
@@ -175,7 +209,7 @@ class Gate(Workflow):
         return agent.rpartition("_")[0]
 
     def actors(self, round: int) -> tuple[str, ...]:
-        return (self.agents[round],)
+        return (GENERATOR,) if round == 0 else self.verifiers
 
     def request(
         self,
@@ -205,7 +239,7 @@ class Gate(Workflow):
                 "(the fallback's answer is drawn at its round 0); use gate_answer() for "
                 "hand-written answers"
             )
-        answers: dict[str, str | None] = {GENERATOR: None, VERIFIER: None}
+        answers: dict[str, str | None] = dict.fromkeys(self.agents)
         answers.update({t.agent: t.answer for t in transcript})
         answers[FALLBACK] = kept[1]
         return answers

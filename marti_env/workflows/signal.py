@@ -1,21 +1,27 @@
-"""Referential game (``signal-v0``): a speaker names the target in one token, a listener picks.
+"""Referential game (``signal-v0``): speakers name the target in one token, a listener picks.
 
 A lazy-agent probe: the final-answer rule reads only the listener, so any credit computed
-from the rule pays the speaker the outcome whatever it said; its true contribution needs
-the listener re-executed with a null message.
+from the rule pays a speaker the outcome whatever it said; its true contribution needs
+the listener re-executed with a null message. With several speakers, each one's message is
+redundant whenever another speaker names the target: a speaker can free-ride on the
+others (the lazy agent of Sunehag et al. 2017, arXiv 1706.05296), and the leave-one-out
+contribution of each of two informative speakers is 0.
 
 Agents
-    ``speaker_0`` (role ``speaker``) and ``listener_0`` (role ``listener``).
+    ``speaker_0 .. speaker_{M-1}`` (role ``speaker``, ``M = num_speakers``, 1 by default)
+    and ``listener_0`` (role ``listener``).
 
 Observation
-    Round 0: the speaker is shown ``K`` candidates and which one is the target (template
-    ``speak``). Round 1: the listener is shown the same candidates in an order shuffled
-    from the episode's generator, and the speaker's message (template ``listen``). With
+    Round 0: every speaker is shown ``K`` candidates and which one is the target
+    (template ``speak``); the speakers do not see each other. Round 1: the listener is
+    shown the same candidates in an order shuffled from the episode's generator, and the
+    speakers' messages in speaker order, joined by :data:`MESSAGE_SEPARATOR` (template
+    ``listen``, field ``message``: :func:`join_messages`). With
     ``listener_sees_target=True`` the listener is also told the target (the ``hint``
     field, ``"The target is <t>. "``; empty otherwise).
 
 Action
-    Any text; its answer is the last ``\\boxed{}``. The speaker's *message* is the first
+    Any text; its answer is the last ``\\boxed{}``. A speaker's *message* is the first
     whitespace-separated token of the last ``\\boxed{}`` of what the listener may be shown
     of its response (:meth:`~marti_env.workflows.base.Workflow.shown`), at most 24
     characters (:func:`message_of`); the listener sees only that, or :data:`NULL_MESSAGE`. The
@@ -26,24 +32,26 @@ Rewards
     on it against the target, the task's answer. Candidates are the target and ``K - 1``
     distinct near numbers drawn from the task id (:func:`candidates`), so any task source
     with integer answers works. Each turn is scored on its own boxed answer (a speaker
-    that boxes the target scores 1; the listener's score is the outcome). The speaker's
-    true contribution is ``success(real message) - success(null message)``
-    (:func:`speaker_contribution`), which needs the listener's policy: the simulated tier
-    of the credit benchmark replays it. ``listener_sees_target=True`` is the probe's
-    credit-irrelevant variant: the listener needs no message, so a listener that reads the
-    hint makes the speaker's true contribution 0, and every method that pays the listener
-    the outcome (all the built-ins: its own score is the outcome) trains the team alike.
+    that boxes the target scores 1; the listener's score is the outcome). A speaker's
+    true contribution is ``success(real messages) - success(its message null, the
+    others' kept)`` (:func:`speaker_contribution`), which needs the listener's policy:
+    the simulated tier of the credit benchmark replays it. ``listener_sees_target=True``
+    is the probe's credit-irrelevant variant: the listener needs no message, so a
+    listener that reads the hint makes every speaker's true contribution 0, and every
+    method that pays the listener the outcome (all the built-ins: its own score is the
+    outcome) trains the team alike.
 
 Episode end
-    After round 1; both agents terminate.
+    After round 1; every agent terminates.
 
 Arguments
-    ``num_candidates`` (K, 2..16), ``listener_sees_target`` (bool, default False),
-    ``max_shared_chars``.
+    ``num_candidates`` (K, 2..16), ``num_speakers`` (M, 1..4, default 1),
+    ``listener_sees_target`` (bool, default False), ``max_shared_chars``.
 
 Version history
     v0: initial version; ``listener_sees_target`` (and the ``listen`` template's ``hint``,
-    empty by default, so the default prompts are unchanged) added later.
+    empty by default, so the default prompts are unchanged) and ``num_speakers`` (one
+    speaker by default: the original agents and prompts) added later.
 """
 
 from __future__ import annotations
@@ -60,10 +68,13 @@ from marti_env.tasks.task import Task
 from marti_env.workflows.base import Prompt, Workflow, check_int, defuse_markers
 from marti_env.workflows.split_sum import parse_int
 
-SPEAKER, LISTENER = "speaker_0", "listener_0"
+LISTENER = "listener_0"
 NULL_MESSAGE = "(no message)"
 """What the listener is shown when the speaker boxed nothing (or was ablated)."""
 MAX_MESSAGE_CHARS = 24
+MESSAGE_SEPARATOR = " / "
+"""Between the speakers' messages in the listener's ``message`` field (no message holds
+it: a message is one whitespace-free token)."""
 
 
 def message_of(answer: str | None) -> str:
@@ -77,6 +88,16 @@ def message_of(answer: str | None) -> str:
     """
     tokens = (answer or "").split()
     return tokens[0][:MAX_MESSAGE_CHARS] if tokens else NULL_MESSAGE
+
+
+def join_messages(messages: Sequence[str]) -> str:
+    """The listener's ``message`` field: the speakers' messages in speaker order, joined by
+    :data:`MESSAGE_SEPARATOR`; one speaker's message is shown as it is.
+
+    >>> join_messages(["57"]), join_messages(["57", "(no message)"])
+    ('57', '57 / (no message)')
+    """
+    return MESSAGE_SEPARATOR.join(messages)
 
 
 def candidates(task: Task, k: int) -> tuple[str, ...]:
@@ -114,17 +135,20 @@ class Signal(Workflow):
         "speak": frozenset({"candidates", "target"}),
         "listen": frozenset({"candidates", "message", "hint"}),
     }
-    agents = (SPEAKER, LISTENER)
     num_rounds = 2
 
     def __init__(
         self,
         num_candidates: int = 4,
         listener_sees_target: bool = False,
+        num_speakers: int = 1,
         max_shared_chars: int = 6000,
     ) -> None:
         super().__init__(max_shared_chars=max_shared_chars)
         self.num_candidates = check_int("num_candidates", num_candidates, 2, 16)
+        self.num_speakers = check_int("num_speakers", num_speakers, 1, 4)
+        self.speakers = tuple(f"speaker_{i}" for i in range(self.num_speakers))
+        self.agents = (*self.speakers, LISTENER)
         if not isinstance(listener_sees_target, bool):
             raise ValueError(f"listener_sees_target must be a bool, got {listener_sees_target!r}")
         self.listener_sees_target = listener_sees_target
@@ -138,7 +162,7 @@ class Signal(Workflow):
         return agent.rpartition("_")[0]
 
     def actors(self, round: int) -> tuple[str, ...]:
-        return (self.agents[round],)
+        return self.speakers if round == 0 else (LISTENER,)
 
     def request(
         self,
@@ -152,15 +176,20 @@ class Signal(Workflow):
         if round == 0:
             return Prompt("speak", {"candidates": ", ".join(options), "target": str(task.answer)})
         order = rng.permutation(len(options))
-        spoken = next((t for t in transcript if t.agent == SPEAKER), None)
+        spoken = {t.agent: t for t in transcript if t.agent in self.speakers}
         # through self.shown, as any shown response (clipped, defused; a harness that
         # blanks what agents are shown blanks the message too)
-        boxed = extract_boxed(self.shown(spoken)) if spoken is not None else None
+        messages = [
+            defuse_markers(
+                message_of(extract_boxed(self.shown(spoken[s])) if s in spoken else None)
+            )
+            for s in self.speakers
+        ]
         return Prompt(
             "listen",
             {
                 "candidates": ", ".join(options[i] for i in order),
-                "message": defuse_markers(message_of(boxed)),
+                "message": join_messages(messages),
                 "hint": f"The target is {task.answer}. " if self.listener_sees_target else "",
             },
         )

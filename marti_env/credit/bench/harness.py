@@ -534,10 +534,11 @@ def _held_out(env_spec: EnvChoice) -> dict[str, Any]:
 def evaluate_team(
     env_spec: EnvChoice, team: SimTeam, eval_seeds: Sequence[int], run_seed: int
 ) -> dict[str, float]:
-    """Held-out team accuracy, the message-ablation drop and, for ``gate``, the verifier's
-    balanced accuracy (NaN elsewhere)."""
+    """Held-out team accuracy, the message-ablation drop and, for ``gate``, the verifiers'
+    balanced accuracy (each verifier's over the held-out episodes, averaged over the
+    panel; NaN elsewhere)."""
     import marti_env
-    from marti_env.workflows.gate import ACCEPT, GENERATOR, VERIFIER, balanced_accuracy, decision
+    from marti_env.workflows.gate import ACCEPT, GENERATOR, balanced_accuracy, decision
 
     kwargs = _held_out(env_spec)
     env = marti_env.make(env_spec.env_id, **kwargs)
@@ -548,12 +549,12 @@ def evaluate_team(
     acc = float(np.mean([r.outcome for r in records]))
     ba = float("nan")
     if env.workflow.name == "gate":
-        right, accepted = [], []
-        for r in records:
-            by_agent = {t.agent: t for t in r.turns}
-            right.append(by_agent[GENERATOR].score >= 1.0)
-            accepted.append(decision(by_agent[VERIFIER].answer) in (ACCEPT, None))
-        ba = balanced_accuracy(right, accepted)
+        by_agent = [{t.agent: t for t in r.turns} for r in records]
+        right = [turns[GENERATOR].score >= 1.0 for turns in by_agent]
+        ba = float(np.mean([
+            balanced_accuracy(right, [decision(t[v].answer) in (ACCEPT, None) for t in by_agent])
+            for v in env.workflow.verifiers
+        ]))  # fmt: skip
     return {"acc": acc, "abl_drop": acc - ablated, "verifier_ba": ba}
 
 
@@ -676,7 +677,7 @@ class BenchResult:
                 entry: dict[str, Any] = {"env": env, "method": method, "seeds": len(rows)}
                 if (env, method) in self.flags:
                     entry["same_as_none"] = self.flags[(env, method)]
-                for metric in (*METRICS, "acc_start", "verifier_ba"):
+                for metric in (*METRICS, "acc_start", "verifier_ba", "tokens"):
                     values = np.array([r.get(metric, np.nan) for r in rows], dtype=float)
                     values = values[~np.isnan(values)]
                     entry[f"{metric}_mean"] = float(values.mean()) if len(values) else float("nan")
@@ -697,15 +698,20 @@ class BenchResult:
 
     def table(self) -> str:
         """The summary as a fixed-width text table: ``=none`` (the degeneracy flag), mean ±
-        std over seeds of each metric, and ``acc_final - none`` with its 95% CI and
-        verdict."""
+        std over seeds of each metric, ``tokens`` where the rows have it (the LLM tier's
+        response tokens per cell), and ``acc_final - none`` with its 95% CI and verdict."""
         metrics = [m for m in METRICS if any(not math.isnan(r.get(m, math.nan)) for r in self.rows)]
-        header = ["env", "method", "=none", *metrics, "acc_final - none [95% CI]", "verdict"]
+        tokens = any(not math.isnan(r.get("tokens", math.nan)) for r in self.rows)
+        header = ["env", "method", "=none", *metrics, *(["tokens"] if tokens else []),
+                  "acc_final - none [95% CI]", "verdict"]  # fmt: skip
         lines = []
         for e in self.summary():
             flag = e.get("same_as_none")
             cells = [e["env"], e["method"], "n/a" if flag is None else ("YES" if flag else "no")]
             cells += [_cell(e[f"{m}_mean"], e[f"{m}_std"]) for m in metrics]
+            if tokens:
+                mean, std = e["tokens_mean"], e["tokens_std"]
+                cells.append("n/a" if math.isnan(mean) else f"{mean:.0f} ± {std:.0f}")
             if "d_acc_mean" in e:
                 ci = "n/a" if math.isnan(e["d_acc_low"]) else (
                     f"{e['d_acc_low']:+.3f}, {e['d_acc_high']:+.3f}")  # fmt: skip

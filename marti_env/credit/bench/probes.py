@@ -17,8 +17,10 @@ generator   P(the right answer; else a near miss)       --
 verifier    P(checking: ACCEPT iff the proposal is      P(ACCEPT) when it does not check
 (gate)      right)
 speaker     P(boxing the target; else a lazy ``ok``)    --
-listener    --                                          P(picking the candidate the message
-                                                        names, or the target when told it
+listener    --                                          P(picking the candidate the messages
+                                                        name most often (the earliest
+                                                        speaker's on a tie), or the target
+                                                        when told it
                                                         (``listener_sees_target``); else
                                                         uniform at random)
 coder       P(writing the reference expression in       P(revising when shown a failing
@@ -37,7 +39,7 @@ by replay.
 
 A probe env's *true contribution* of agent ``i`` in one episode is ``R - R'``, where ``R'``
 is the outcome of the same episode replayed (same draws, downstream agents re-executed)
-with agent ``i`` absent (it answers ``""``), except the gate's verifier, whose
+with agent ``i`` absent (it answers ``""``), except a gate verifier, whose
 counterfactual is its decision flipped (:func:`counterfactuals`).
 """
 
@@ -55,8 +57,8 @@ from marti_env.rewards.boxed import extract_boxed
 from marti_env.tasks.expr import ExprTask, evaluate_all, format_test
 from marti_env.tasks.task import Task
 from marti_env.workflows.code_team import expr_wrong_mutants
-from marti_env.workflows.gate import VERIFIER, flip
-from marti_env.workflows.signal import NULL_MESSAGE
+from marti_env.workflows.gate import flip
+from marti_env.workflows.signal import MESSAGE_SEPARATOR, NULL_MESSAGE
 from marti_env.workflows.split_sum import evaluate, parse_int
 
 PROBE_WORKFLOWS: tuple[str, ...] = ("split_sum", "gate", "signal", "code_team")
@@ -191,7 +193,9 @@ class ProbeTeam(SimTeam):
             found = _CANDIDATES.search(content)
             options = found.group(1).split(", ") if found else [""]
             message = _MESSAGE.search(content)
-            named = message.group(1) if message else NULL_MESSAGE
+            said = message.group(1).split(MESSAGE_SEPARATOR) if message else []
+            said = [m for m in said if m in options]
+            named = max(said, key=said.count) if said else NULL_MESSAGE  # max: first on ties
             told = _TARGET.search(content)  # the credit-irrelevant variant's hint
             if told:
                 named = told.group(1)
@@ -244,11 +248,11 @@ def counterfactuals(
     workflow_name: str, agents: Sequence[str]
 ) -> dict[str, Mapping[str, Callable[[str], str]]]:
     """Per agent, the ``replace`` argument of :func:`~marti_env.credit.bench.sim.play` that
-    realises its counterfactual: absent (answers ``""``), or for the gate's verifier its
-    decision flipped."""
+    realises its counterfactual: absent (answers ``""``), or for each of the gate's
+    verifiers its decision flipped (the rest of the panel kept)."""
     out: dict[str, Mapping[str, Callable[[str], str]]] = {}
     for a in agents:
-        if workflow_name == "gate" and a == VERIFIER:
+        if workflow_name == "gate" and a.rpartition("_")[0] == "verifier":
             out[a] = {a: _flip_response}
         else:
             out[a] = {a: lambda text: ""}
