@@ -146,13 +146,12 @@ def spent_tokens(history: Sequence[Mapping[str, Any]], steps: int) -> float:
     """Response tokens a cell's training generated: the sum over its ``steps`` steps of
     ``rollout/tokens`` (the rollout's samples) and ``rollout/replay_tokens`` (a
     re-execution method's replays); NaN unless every step logged ``rollout/tokens`` (a
-    cell trained before the trainer did). By hand: two steps of 100 and 120 tokens, one
-    with 30 replay tokens, give 250.0."""
-    by_step = {int(h["step"]): h for h in history if "rollout/tokens" in h}  # a resumed
-    if len(by_step) != steps:  # run's repeated step counts once (its last entry)
+    cell trained, or partly trained, before the trainer did). By hand: two steps of 100
+    and 120 tokens, one with 30 replay tokens, give 250.0."""
+    logged = [h for h in history if "rollout/tokens" in h]
+    if len(logged) != steps:
         return math.nan
-    return float(sum(h["rollout/tokens"] + h.get("rollout/replay_tokens", 0.0)
-                     for h in by_step.values()))  # fmt: skip
+    return float(sum(h["rollout/tokens"] + h.get("rollout/replay_tokens", 0.0) for h in logged))
 
 
 def generation_cost(cfg: TrainConfig) -> tuple[int, int]:

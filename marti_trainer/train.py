@@ -98,8 +98,8 @@ def rollout_metrics(batch: RolloutBatch, group_by: str = "agent") -> dict[str, f
     (``zero_spread_groups``: the share of advantage groups under ``group_by`` whose rewards
     are all equal); training samples, and how many of them are siblings (``sibling`` credit
     with ``train=True``), with the siblings' mean reward and truncation rate (the per-agent
-    figures are the episodes' own turns); ``tokens``, the response tokens the step's
-    rollout generated (every sample; a replay credit method's replays are
+    figures are the episodes' own turns); ``tokens``, the response tokens of the step's
+    episodes' turns (a replay credit method's replays, siblings included, are
     ``rollout/replay_tokens``, logged beside)."""
     out: dict[str, float] = {"rollout/outcome": float(np.mean([e.outcome for e in batch.episodes]))}
     siblings = [s for s in batch.samples if s.branch > 0]

@@ -184,7 +184,6 @@ def test_spent_tokens_by_hand():
                {"step": 1, "eval/accuracy": 0.5},
                {"step": 2, "rollout/tokens": 120.0}]  # fmt: skip
     assert spent_tokens(history, 2) == 250.0
-    assert spent_tokens([*history, {"step": 2, "rollout/tokens": 120.0}], 2) == 250.0  # resumed
     assert math.isnan(spent_tokens(history, 3))  # a step without the count: an older cell
 
 

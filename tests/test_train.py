@@ -98,9 +98,10 @@ def test_zero_spread_groups_follow_the_advantage_grouping():
         n_samples=2,
         samples=samples,
         episodes=[SimpleNamespace(outcome=0.5, turns=[SimpleNamespace(answer="1")])],
-        stats=SimpleNamespace(tokens_per_s=1.0),
+        stats=SimpleNamespace(tokens_per_s=1.0, tokens_generated=4),
     )
     assert rollout_metrics(batch, "agent")["rollout/zero_spread_groups"] == 1.0
+    assert rollout_metrics(batch, "agent")["rollout/tokens"] == 4.0
     assert rollout_metrics(batch, "role")["rollout/zero_spread_groups"] == 0.0
 
 

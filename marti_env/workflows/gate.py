@@ -44,7 +44,11 @@ Episode end
 Arguments
     ``fallback_accuracy`` (q, in [0, 1]), ``binding`` (bool, default True),
     ``num_verifiers`` (K, 1..9, default 1), ``max_shared_chars``. The generator's skill is
-    the policy's: the simulated tier of the credit benchmark sweeps it against q.
+    the policy's: the simulated tier of the credit benchmark sweeps it against q. The
+    rule's players are the generator, the K verifiers and the fallback, so exact
+    ``shapley`` (``max_agents`` 8 by default) takes K <= 6 unless given a larger
+    ``max_agents``. The default ``verify`` prompt says one REJECT hands the answer to the
+    fallback, true for one verifier; a panel run may want its own wording.
 
 Version history
     v0: initial version; ``binding`` and ``num_verifiers`` added later (their defaults

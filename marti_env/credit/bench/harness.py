@@ -28,7 +28,7 @@ For every (env, seed) pair:
    normalised advantages are exactly ``none``'s: :mod:`marti_env.credit.degeneracy`) and
    ``fidelity`` (Spearman, over the batch's (episode, agent) pairs, between an agent's
    credited return and its true contribution in that episode, ``R - R'`` with ``R'`` the
-   episode replayed without the agent or, for the gate's verifier, with its decision
+   episode replayed without the agent or, for each gate verifier, with its decision
    flipped: a rank measure within one step, so adding a constant to every reward does not
    change it). Every training run also reports ``zero_adv`` (the fraction of advantage
    groups with zero reward spread, averaged over updates) and ``abl_drop`` (the trained
@@ -349,8 +349,8 @@ def true_contributions(env: Any, team: SimTeam, episode_seed: int, run_seed: int
                        outcome: float) -> dict[str, float]:  # fmt: skip
     """Each agent's true contribution to one episode: ``R - R'``, with ``R'`` the outcome of
     the episode replayed (same draws, later agents re-executed) under the agent's
-    counterfactual (:func:`~marti_env.credit.bench.probes.counterfactuals`: absent, or the
-    gate's verifier flipped). ``env`` must credit with a cheap method (``none``)."""
+    counterfactual (:func:`~marti_env.credit.bench.probes.counterfactuals`: absent, or a
+    gate verifier's decision flipped). ``env`` must credit with a cheap method (``none``)."""
     out = {}
     for agent, replace in counterfactuals(env.workflow.name, team.agents).items():
         out[agent] = (
@@ -677,11 +677,15 @@ class BenchResult:
                 entry: dict[str, Any] = {"env": env, "method": method, "seeds": len(rows)}
                 if (env, method) in self.flags:
                     entry["same_as_none"] = self.flags[(env, method)]
-                for metric in (*METRICS, "acc_start", "verifier_ba", "tokens"):
+                for metric in (*METRICS, "acc_start", "verifier_ba"):
                     values = np.array([r.get(metric, np.nan) for r in rows], dtype=float)
                     values = values[~np.isnan(values)]
                     entry[f"{metric}_mean"] = float(values.mean()) if len(values) else float("nan")
                     entry[f"{metric}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+                if any("tokens" in r for r in rows):  # the LLM tier: a mean over every seed
+                    spent = np.array([r.get("tokens", np.nan) for r in rows], dtype=float)
+                    entry["tokens_mean"] = float(spent.mean())  # NaN if a cell has no count
+                    entry["tokens_std"] = float(spent.std(ddof=1)) if len(spent) > 1 else 0.0
                 mine = {r["seed"]: r["acc_final"] for r in rows}
                 if method != "none" and base and set(mine) == set(base):
                     pd = paired_difference(
@@ -701,7 +705,7 @@ class BenchResult:
         std over seeds of each metric, ``tokens`` where the rows have it (the LLM tier's
         response tokens per cell), and ``acc_final - none`` with its 95% CI and verdict."""
         metrics = [m for m in METRICS if any(not math.isnan(r.get(m, math.nan)) for r in self.rows)]
-        tokens = any(not math.isnan(r.get("tokens", math.nan)) for r in self.rows)
+        tokens = any("tokens" in r for r in self.rows)
         header = ["env", "method", "=none", *metrics, *(["tokens"] if tokens else []),
                   "acc_final - none [95% CI]", "verdict"]  # fmt: skip
         lines = []
@@ -709,8 +713,8 @@ class BenchResult:
             flag = e.get("same_as_none")
             cells = [e["env"], e["method"], "n/a" if flag is None else ("YES" if flag else "no")]
             cells += [_cell(e[f"{m}_mean"], e[f"{m}_std"]) for m in metrics]
-            if tokens:
-                mean, std = e["tokens_mean"], e["tokens_std"]
+            if tokens:  # n/a where some seed's cell has no count (trained before it existed)
+                mean, std = e.get("tokens_mean", math.nan), e.get("tokens_std", 0.0)
                 cells.append("n/a" if math.isnan(mean) else f"{mean:.0f} ± {std:.0f}")
             if "d_acc_mean" in e:
                 ci = "n/a" if math.isnan(e["d_acc_low"]) else (
