@@ -26,6 +26,9 @@ TINY = BenchConfig(
 SWEEPS = {
     "docs/credit_sweep_n.md": ["credit_sweep_n"],
     "docs/credit_sweep_q.md": ["credit_sweep_q"],
+    "docs/credit_sweep_k.md": ["credit_sweep_k"],
+    "docs/credit_sweep_m.md": ["credit_sweep_m"],
+    "docs/credit_sweep_m_episodes.md": ["credit_sweep_m_episodes"],
     "docs/credit_replay.md": ["credit_replay", "credit_sibling_train", "credit_replay_signal"],
     "docs/credit_replay_episodes.md": ["credit_replay_episodes"],
     "docs/credit_sibling_train_mean.md": ["credit_sibling_train_mean"],
