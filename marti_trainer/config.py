@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-ADDED_SETTINGS: dict[str, Any] = {"eval.seed": None, "log.eval_cache": ""}
+ADDED_SETTINGS: dict[str, Any] = {"eval.seed": None, "log.eval_cache": "", "total_tokens": None}
 """Settings added after runs had been saved, each with the value that reproduces what runs
 saved without it did (``eval.seed: null``: the held-out episodes took the run's seed). A saved
 config that lacks one of these keys reads as holding that value; any other missing key is a
@@ -448,6 +448,15 @@ class TrainConfig(Section):
     seed: int = setting(0, "Seed of data order, sampling and initialisation.", Range(0, 2**63 - 1))
     total_steps: int = setting(
         10, "Training steps (one rollout batch and its updates each).", Range(1, 10_000_000)
+    )
+    total_tokens: int | None = setting(
+        None,
+        "A training budget in response tokens: stop after the first step at which the "
+        "tokens generated in training (rollouts, plus a re-execution credit method's "
+        "replays) reach this many, evaluating and checkpointing it as the last step. "
+        "total_steps stays the cap, and an LR schedule still follows total_steps. null: "
+        "train total_steps steps.",
+        Range(1, 10**15),
     )
     run_name: str = setting(
         "", "Fixed run name (default: generated); --resume reuses the directory."

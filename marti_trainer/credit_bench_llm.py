@@ -35,8 +35,9 @@ cell it reports:
   episodes, the policy generations of their turns plus the replays of a re-execution
   method (``rollout/replay_generations``), and the response tokens of both
   (``rollout/tokens`` plus ``rollout/replay_tokens``; NaN for a cell trained before the
-  trainer logged ``rollout/tokens``). The budget equalises generations, not tokens: the
-  table's ``tokens`` column shows how far apart the methods' token spending ended.
+  trainer logged ``rollout/tokens``). Under the generations and episodes budgets the
+  ``tokens`` column shows how far apart the methods' token spending ended; the tokens
+  budget equalises it.
 
 Controls, opt-in (each is a training run per seed): ``random`` (the credit method of that
 name, i.i.d. standard normal rewards: the floor) and ``none@reseed`` (``none`` with the
@@ -49,7 +50,12 @@ tier's) its cell trains on fewer tasks per step, so that a step spends about the
 generations the base config's steps spend without replays
 (:func:`equal_generation_tasks`); ``budget="episodes"`` keeps the base config's tasks per
 step and puts the replays on top (and reproduces, so reuses, re-execution cells trained
-before the budget existed). Every other method keeps the base config's.
+before the budget existed). Every other method keeps the base config's. With
+``budget="tokens"`` every cell keeps the base config's tasks per step and trains until the
+response tokens of its rollouts and replays reach the base config's ``total_tokens`` (the
+trainer stops at the end of that step; ``total_steps`` is the cap): equal token budgets,
+so a method whose agents write longer, or that replays, trains on fewer episodes (the
+``episodes`` column).
 
 The base config's ``env.kwargs`` apply only to the env it names (the quick start's are
 ``mad-v0``'s, including its prompts); any other env gets its registered defaults plus the
@@ -86,6 +92,7 @@ from marti_env.credit.bench.harness import (
 from marti_env.credit.replay import trains_on_siblings
 from marti_env.record import EpisodeRecord
 from marti_trainer.config import TrainConfig
+from marti_trainer.metrics import training_tokens
 
 if TYPE_CHECKING:
     from marti_trainer.sweep import KeepCheckpoints
@@ -122,7 +129,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
 
 
-Budget = Literal["generations", "episodes"]
+Budget = Literal["generations", "episodes", "tokens"]
 
 
 def equal_generation_tasks(tasks_per_step: int, turns: int, replays: int) -> int:
@@ -143,15 +150,14 @@ def equal_generation_tasks(tasks_per_step: int, turns: int, replays: int) -> int
 
 
 def spent_tokens(history: Sequence[Mapping[str, Any]], steps: int) -> float:
-    """Response tokens a cell's training generated: the sum over its ``steps`` steps of
-    ``rollout/tokens`` (the rollout's samples) and ``rollout/replay_tokens`` (a
-    re-execution method's replays); NaN unless every step logged ``rollout/tokens`` (a
-    cell trained, or partly trained, before the trainer did). By hand: two steps of 100
-    and 120 tokens, one with 30 replay tokens, give 250.0."""
-    logged = [h for h in history if "rollout/tokens" in h]
-    if len(logged) != steps:
+    """Response tokens a cell's training generated in its ``steps`` steps
+    (:func:`marti_trainer.metrics.training_tokens`: rollouts plus a re-execution method's
+    replays), or NaN where a step logged no count (a cell trained, or partly trained,
+    before the trainer counted tokens)."""
+    try:
+        return training_tokens(history, steps)
+    except ValueError:
         return math.nan
-    return float(sum(h["rollout/tokens"] + h.get("rollout/replay_tokens", 0.0) for h in logged))
 
 
 def generation_cost(cfg: TrainConfig) -> tuple[int, int]:
@@ -183,11 +189,20 @@ def cell_config(
     run is still named after ``seed``, the seed it is paired on, and without ``eval.seed``
     it evaluates on that seed's held-out episodes).
 
+    With ``budget="tokens"`` every cell keeps the base config's tasks per step and stops
+    at the base config's ``total_tokens`` (replays included), ``total_steps`` the cap.
+
     Raises:
-        ValueError: ``budget`` is neither ``"generations"`` nor ``"episodes"``.
+        ValueError: ``budget`` is not one of :data:`Budget`'s, or is ``"tokens"`` while the
+            base config sets no ``total_tokens``.
     """
-    if budget not in ("generations", "episodes"):
-        raise ValueError(f"budget must be 'generations' or 'episodes', got {budget!r}")
+    if budget not in ("generations", "episodes", "tokens"):
+        raise ValueError(f"budget must be 'generations', 'episodes' or 'tokens', got {budget!r}")
+    if budget == "tokens" and base.total_tokens is None:
+        raise ValueError(
+            "budget 'tokens' stops every cell at the base config's total_tokens, which is "
+            "not set: give it (--set total_tokens=N), with total_steps as the cap"
+        )
     env = env_choice(env_spec)
     reseed = method.strip() == NONE_RESEED
     name, options = ("none", {}) if reseed else split_spec(method)
@@ -370,8 +385,9 @@ def run_llm_benchmark(
                         if "rollout/zero_spread_groups" in h]  # fmt: skip
                 replayed = [int(h["rollout/replay_generations"]) for h in history
                             if "rollout/replay_generations" in h]  # fmt: skip
-                tokens = spent_tokens(history, cfg.total_steps)
-                episodes = cfg.rollout.tasks_per_step * cfg.rollout.n_samples * cfg.total_steps
+                steps = summary["steps"]  # fewer than total_steps if total_tokens stopped it
+                tokens = spent_tokens(history, steps)
+                episodes = cfg.rollout.tasks_per_step * cfg.rollout.n_samples * steps
                 checks.setdefault((env, method), []).append(
                     trained_like_none(runs_dir / cfg.run_name, cfg)
                 )

@@ -379,6 +379,15 @@ def format_plan(plan: RunPlan) -> str:
         f"({plan.turns_per_episode} per episode); per held-out evaluation: "
         f"{plan.eval_generations} x {plan.evaluations} evaluations"
     )
+    budget = plan.config.get("total_tokens")
+    if budget is not None:
+        gens = plan.total_steps * (plan.generations_per_step + plan.replay_generations_per_step)
+        most = gens * plan.config["rollout"]["max_tokens"]
+        lines.append(
+            f"total_tokens {budget}: training stops at the first step whose generated tokens "
+            f"reach it; {plan.total_steps} steps generate at most {most} (rollout.max_tokens "
+            "per generation)" + (", so it cannot stop early" if budget > most else "")
+        )
     if plan.replay_generations_per_step:
         trained = "not trained on"
         if plan.siblings_per_turn:

@@ -72,6 +72,7 @@ AFTER_STEP_0 = (
     "exp_name",
     "run_name",
     "total_steps",
+    "total_tokens",
     "env.credit",
     "env.credit_kwargs",
     "env.train_tasks",

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger", "read_metrics"]
+__all__ = ["MetricsLogger", "read_metrics", "step_tokens", "training_tokens"]
 
 
 class MetricsLogger:
@@ -85,3 +86,29 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         path = path / "metrics.jsonl"
     with path.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def step_tokens(metrics: Mapping[str, Any]) -> float:
+    """Response tokens one training step generated, from its metrics line:
+    ``rollout/tokens`` (the rollout's turns) plus ``rollout/replay_tokens`` (a re-execution
+    credit method's replays, 0 without); 100 and 30 give 130.0."""
+    return float(metrics["rollout/tokens"] + metrics.get("rollout/replay_tokens", 0.0))
+
+
+def training_tokens(history: Sequence[Mapping[str, Any]], upto: int) -> float:
+    """Response tokens training generated in steps ``1..upto`` of a run's metrics: the sum
+    of :func:`step_tokens` over those steps' lines, what ``total_tokens`` budgets. Steps of
+    100 and 120 tokens, one with 30 replay tokens, give 250.0.
+
+    Raises:
+        ValueError: a step in ``1..upto`` logged no ``rollout/tokens`` (a run trained before
+            the trainer counted tokens, or a missing line), naming it.
+    """
+    logged = {h["step"]: h for h in history if "rollout/tokens" in h and 0 < h["step"] <= upto}
+    missing = [s for s in range(1, upto + 1) if s not in logged]
+    if missing:
+        raise ValueError(
+            f"step {missing[0]} logged no rollout/tokens (trained before the trainer counted "
+            "tokens?), so the tokens its run spent are unknown"
+        )
+    return float(sum(step_tokens(h) for h in logged.values()))

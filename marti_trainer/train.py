@@ -50,7 +50,7 @@ from marti_trainer.evaluate import summarize as summarize_eval
 from marti_trainer.interrupt import StopRequest
 from marti_trainer.learner import make_loss_fn, update_unit
 from marti_trainer.machine import describe_machine
-from marti_trainer.metrics import MetricsLogger, read_metrics
+from marti_trainer.metrics import MetricsLogger, read_metrics, step_tokens, training_tokens
 from marti_trainer.plots import plot_run
 from marti_trainer.policies import SamplingParams
 from marti_trainer.precision import keep_resumed, resolve_config
@@ -403,19 +403,26 @@ def train(
 
     checkpoint = None
     saves: list[float] = []  # seconds of each save (it follows its step's log line)
+    # the token budget's count so far: the steps before a resumed run's checkpoint
+    spent = training_tokens(read_metrics(run_dir), start) if cfg.total_tokens and start else 0.0
+    # a run resumed from the checkpoint of the step that met its budget has no step left
+    end = start if cfg.total_tokens is not None and spent >= cfg.total_tokens else cfg.total_steps
     with StopRequest() as stop:
         if start == 0 and cfg.eval.at_start:
             t_eval = time.perf_counter()
             metrics = held_out_start()
             logger.log(0, {**metrics, "time/eval_s": time.perf_counter() - t_eval})
-        for step in range(start + 1, cfg.total_steps + 1):
+        for step in range(start + 1, end + 1):
             before = _verifier_counts(verifiers)
             metrics = _train_step(
                 step, cfg, team, sampler, sampling, env_kwargs, pad_id, transcripts, verifiers
             )
             after = _verifier_counts(verifiers)
             metrics.update({f"rollout/verifier_{k}": after[k] - before[k] for k in after})
-            last = step == cfg.total_steps
+            spent += step_tokens(metrics)
+            last = step == cfg.total_steps or (
+                cfg.total_tokens is not None and spent >= cfg.total_tokens
+            )
             if (cfg.eval.every and step % cfg.eval.every == 0) or (last and cfg.eval.at_end):
                 t_eval = time.perf_counter()
                 metrics.update(held_out(step))
@@ -435,6 +442,8 @@ def train(
                 return TrainResult(
                     run_dir, {}, read_metrics(run_dir), stop.requested, step, checkpoint
                 )
+            if last:
+                break
 
     logger.close()
     history = read_metrics(run_dir)
@@ -444,7 +453,7 @@ def train(
     if cfg.log.plots:
         plot_run(run_dir)
     team.close()
-    return TrainResult(run_dir, summary, history, None, cfg.total_steps, checkpoint)
+    return TrainResult(run_dir, summary, history, None, summary["steps"], checkpoint)
 
 
 def _saved_config(resume: Path) -> dict | None:
@@ -606,10 +615,16 @@ def summarize(
     before training (``eval.at_start``); ``accuracy_after`` is the last evaluation.
     ``wall_s`` is the training time of every session of the run (a resumed run adds the
     time its checkpoint recorded); ``resumed_from`` the step this session started from.
+    ``steps`` is the last step trained: ``total_steps``, or fewer when ``total_tokens``
+    stopped the run (then ``tokens`` is what it spent, :func:`training_tokens`).
     """
     evals = [h for h in history if "eval/accuracy" in h]
     steps = [h for h in history if "charts/step_s" in h]
-    out: dict[str, Any] = {"steps": cfg.total_steps, "wall_s": round(wall_s, 1)}
+    last = max((h["step"] for h in steps), default=0)
+    out: dict[str, Any] = {"steps": last, "wall_s": round(wall_s, 1)}
+    if cfg.total_tokens is not None:
+        out["total_tokens"] = cfg.total_tokens
+        out["tokens"] = training_tokens(history, last)
     if resumed_from:
         out["resumed_from_step"] = resumed_from
     if steps:
@@ -657,6 +672,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  steps: {summary.get('steps')}, training wall time "
         f"{summary.get('wall_s', 0) / 60:.1f} min{sessions}"
     )
+    if "total_tokens" in summary:
+        lines.append(
+            f"  tokens: {summary['tokens']:.0f} generated in training, budget "
+            f"{summary['total_tokens']} (total_tokens)"
+        )
     if "s_per_step" in summary:
         lines.append(f"  {summary['s_per_step']} s/step")
     return "\n".join(lines)

@@ -219,6 +219,17 @@ def test_dry_run_says_whether_evaluation_depends_on_the_batch_size():
     )
 
 
+def test_dry_run_states_a_token_budget():
+    cfg = load_config(REPO / "baselines" / "quickstart.yaml", ["total_tokens=1000"])
+    most = 15 * 128 * cfg.rollout.max_tokens  # steps x generations x tokens each, at most
+    text = format_plan(plan_run(cfg))
+    assert "total_tokens 1000: training stops at the first step whose generated" in text
+    assert f"15 steps generate at most {most} (rollout.max_tokens per generation)\n" in text
+    unreachable = f"total_tokens={most + 1}"
+    text = format_plan(plan_run(load_config(REPO / "baselines" / "quickstart.yaml", [unreachable])))
+    assert f"at most {most} (rollout.max_tokens per generation), so it cannot stop early" in text
+
+
 def test_dry_run_counts_the_replays_of_a_re_execution_credit(capsys):
     """mad-v0 2x2 with leave_one_out_replay: removing a debater re-runs the other's round-1
     turn, 2 replay generations per episode, x 8 tasks x 4 episodes = 64 per step."""

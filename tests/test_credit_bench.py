@@ -297,6 +297,8 @@ def test_cli_rejects_options_of_the_other_tier(tmp_path):
         cli(["bench", "credit", "--tier", "llm", "--config", "nope.yaml", "--out", str(tmp_path)])
     with pytest.raises(ValueError, match="--no-controls: fast-tier options"):
         cli(["bench", "credit", "--tier", "llm", "--no-controls", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="--budget tokens: the fast tier's simulated agents"):
+        cli(["bench", "credit", "--budget", "tokens", "--out", str(tmp_path)])
 
 
 def test_cli_no_controls_leaves_the_control_runs_out(tmp_path):

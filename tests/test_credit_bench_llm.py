@@ -143,8 +143,8 @@ def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tm
     on_top = cell_config(base, "mad-v0", "leave_one_out_replay", 0, tmp_path, True, "episodes")
     assert on_top.rollout.tasks_per_step == 8
     assert cell_config(base, "mad-v0", "quality", 0, tmp_path, True).rollout.tasks_per_step == 8
-    with pytest.raises(ValueError, match="budget must be 'generations' or 'episodes'"):
-        cell_config(base, "mad-v0", "none", 0, tmp_path, True, "tokens")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="budget must be 'generations', 'episodes' or 'tokens'"):
+        cell_config(base, "mad-v0", "none", 0, tmp_path, True, "turns")  # type: ignore[arg-type]
 
     small = tiny_config(tiny_dir, tmp_path / "unused", total_steps=1)  # 2 tasks x 2 samples
     methods = [
@@ -177,6 +177,23 @@ def test_a_replay_method_trains_on_fewer_tasks_at_equal_generations(tiny_dir, tm
                   for t in json.loads(line)["turns"])  # fmt: skip
         assert row["tokens"] == own if row is none else row["tokens"] > own
     assert "tokens" in result.table().splitlines()[0]
+
+
+def test_a_token_budget_stops_every_cell_at_the_base_configs_total_tokens(tiny_dir, tmp_path):  # noqa: F811
+    base = tiny_config(tiny_dir, tmp_path / "unused", total_steps=3)  # 2 tasks x 2 samples
+    with pytest.raises(ValueError, match=r"total_tokens, which is not set.*--set total_tokens"):
+        cell_config(base, "mad-v0", "none", 0, tmp_path, True, "tokens")
+    # a budget of 1 token: the first step reaches it, so every cell trains 1 step of 3
+    budgeted = replace(base, total_tokens=1)
+    loo = cell_config(budgeted, "mad-v0", "leave_one_out_replay", 0, tmp_path, True, "tokens")
+    assert (loo.rollout.tasks_per_step, loo.total_tokens) == (2, 1)  # replays on top
+    methods = ["none", "leave_one_out_replay"]
+    result = run_llm_benchmark(methods, ["mad-v0"], [0], budgeted, tmp_path / "out",
+                               budget="tokens")  # fmt: skip
+    none, replay = result.rows
+    assert (none["episodes"], none["generations"]) == (4, 16)  # 1 step, not 3
+    assert (replay["episodes"], replay["generations"]) == (4, 16 + 4 * 2)
+    assert replay["tokens"] > none["tokens"] >= 1
 
 
 def test_spent_tokens_by_hand():

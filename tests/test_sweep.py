@@ -192,8 +192,11 @@ def test_a_setting_missing_from_a_saved_config(base_yaml):
     other missing key (a task spec without its size is not the default spec's size)."""
     new = load_config(base_yaml)
     saved = new.to_dict()
-    del saved["eval"]["seed"], saved["log"]["eval_cache"]
+    del saved["eval"]["seed"], saved["log"]["eval_cache"], saved["total_tokens"]
     assert config_changes(saved, new) == []
+    assert config_changes(saved, load_config(base_yaml, ["total_tokens=5"])) == [
+        "total_tokens: None -> 5"
+    ]
     assert config_changes(saved, load_config(base_yaml, ["eval.seed=0"])) == [
         "eval.seed: None -> 0"
     ]

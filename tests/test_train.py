@@ -4,6 +4,7 @@ backend, exact resumption; and (slow) one real step with the default model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from marti_env.tasks import ArithmeticTasks
 from marti_trainer.config import config_from_dict, load_config
 from marti_trainer.learner import collate, make_loss_fn, set_norm
 from marti_trainer.machine import describe_machine
-from marti_trainer.metrics import read_metrics
+from marti_trainer.metrics import read_metrics, step_tokens, training_tokens
 from marti_trainer.models import tiny_random_model
 from marti_trainer.policies import SamplingParams
 from marti_trainer.team import build_team
@@ -152,6 +153,48 @@ def test_killed_and_resumed_run_reproduces_the_uninterrupted_losses(tiny_dir, tm
     assert len(expected) == 4 and all(grad > 0 for _, _, grad in expected)
     assert losses(resumed.history) == expected  # exactly equal, steps 1-2 kept, 3-4 redone
     assert [h["step"] for h in read_metrics(tmp_path / "cut")] == [1, 2, 3, 4]
+
+
+def test_training_tokens_by_hand():
+    history = [{"step": 0, "eval/accuracy": 0.5},
+               {"step": 1, "rollout/tokens": 100.0, "rollout/replay_tokens": 30.0},
+               {"step": 2, "rollout/tokens": 120.0}]  # fmt: skip
+    assert step_tokens(history[1]) == 130.0 and step_tokens(history[2]) == 120.0
+    assert training_tokens(history, 2) == 250.0 and training_tokens(history, 1) == 130.0
+    with pytest.raises(ValueError, match="step 3 logged no rollout/tokens"):
+        training_tokens(history, 3)
+
+
+def test_token_budget_stops_at_the_step_that_reaches_it_and_resumes_there(tiny_dir, tmp_path):
+    full = train(tiny_config(tiny_dir, tmp_path, total_steps=5, run_name="full"))
+    spent = [step_tokens(h) for h in full.history]
+    assert len(spent) == 5 and min(spent) >= 1
+    budget = int(spent[0] + spent[1]) + 1  # steps 1-2 fall short, step 3 reaches it
+    cfg = tiny_config(
+        tiny_dir, tmp_path, total_steps=5, total_tokens=budget, run_name="budget",
+        eval__at_end=True, log__save_every=2,
+    )  # fmt: skip
+    result = train(cfg)
+    run = tmp_path / "budget"
+    assert result.last_step == 3
+    assert losses(result.history) == losses(full.history)[:3]  # the same run, cut at step 3
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["steps"], summary["tokens"], summary["total_tokens"]) == (
+        3,
+        sum(spent[:3]),
+        budget,
+    )
+    assert summary["eval_step_after"] == 3  # the final evaluation runs at the stopping step
+    assert (run / "checkpoints" / "step_000003").is_dir()
+    # killed after the stopping step's checkpoint, before its summary: nothing left to train
+    (run / "summary.json").unlink()
+    again = train(cfg, resume=run)
+    assert again.last_step == 3 and [h["step"] for h in read_metrics(run)] == [1, 2, 3]
+    # killed before the budget was reached: the resumed run counts the steps it kept
+    cut = replace(cfg, run_name="cut")
+    train(cut, stop_at_step=2)
+    resumed = train(cut, resume=tmp_path / "cut")
+    assert resumed.last_step == 3 and losses(resumed.history) == losses(result.history)
 
 
 @pytest.mark.parametrize(

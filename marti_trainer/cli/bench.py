@@ -135,12 +135,14 @@ def add_credit_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--budget",
-        choices=("generations", "episodes"),
+        choices=("generations", "episodes", "tokens"),
         default=None,
-        help="both tiers. generations (default): a method that re-executes episodes spends "
+        help="generations (default, both tiers): a method that re-executes episodes spends "
         "the generations of the others' updates (fast: --batch episodes' worth; llm: the "
-        "base config's tasks_per_step), so it trains on fewer episodes; episodes: the same "
-        "episodes, replays on top",
+        "base config's tasks_per_step), so it trains on fewer episodes; episodes (both "
+        "tiers): the same episodes, replays on top; tokens (llm tier): every cell trains "
+        "until its generated tokens, replays included, reach the base config's "
+        "total_tokens (--set total_tokens=N; total_steps is the cap)",
     )
     fast.add_argument(
         "--no-controls", dest="controls", action="store_false", default=None,
@@ -241,6 +243,11 @@ def _check_tier_options(args: argparse.Namespace) -> None:
             )
     elif args.config is not None or args.overrides or args.keep_checkpoints is not None:
         raise ValueError("--config/--set/--keep-checkpoints configure the llm tier; add --tier llm")
+    elif args.budget == "tokens":
+        raise ValueError(
+            "--budget tokens: the fast tier's simulated agents generate no tokens; it is an "
+            "llm-tier budget (add --tier llm)"
+        )
 
 
 def run_credit_bench(args: argparse.Namespace) -> int:
