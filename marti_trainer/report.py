@@ -71,6 +71,7 @@ from marti_env.stats import (
     probability_of_improvement_ci,
     wilson_interval,
 )
+from marti_trainer.config import ADDED_SETTINGS
 
 __all__ = [
     "Group",
@@ -207,12 +208,23 @@ class RunRecord:
 
     @property
     def group_key(self) -> str:
-        keep = {k: v for k, v in self.config.items() if not _ignored(k)}
-        return json.dumps(keep, sort_keys=True, default=repr)
+        return json.dumps(_defining(self.config), sort_keys=True, default=repr)
 
 
 def _ignored(key: str) -> bool:
     return key in NOT_CONFIG or key.startswith("log.")
+
+
+def _defining(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a flattened config that define its group: without :data:`NOT_CONFIG` and
+    ``log.*``, and with each :data:`~marti_trainer.config.ADDED_SETTINGS` key that a config
+    saved before the setting existed lacks set to the value that reproduces what it did (as
+    ``marti sweep`` compares configs)."""
+    keep = {k: v for k, v in config.items() if not _ignored(k)}
+    for key, value in ADDED_SETTINGS.items():
+        if not _ignored(key):
+            keep.setdefault(key, value)
+    return keep
 
 
 def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
@@ -462,7 +474,7 @@ def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
     groups: dict[str, list[RunRecord]] = {}
     for r in runs:
         groups.setdefault(r.group_key, []).append(r)
-    configs = [{k: v for k, v in rs[0].config.items() if not _ignored(k)} for rs in groups.values()]
+    configs = [_defining(rs[0].config) for rs in groups.values()]
     keys = sorted({k for c in configs for k in c})
     varying = [k for k in keys if len({json.dumps(c.get(k), default=repr) for c in configs}) > 1]
     out = []

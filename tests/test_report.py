@@ -497,3 +497,18 @@ def test_runs_group_regardless_of_their_held_out_seed(tmp_path):
     (line, _) = _mixed_heldout_seeds(groups)  # the page says where the episodes differ
     assert "eval.seed null (the run's seed) for seed 0; 0 for seed 1." in line
     assert groups[1].label not in line
+
+
+def test_a_setting_added_later_groups_a_config_saved_before_it(tmp_path):
+    """A run saved before ``total_tokens`` existed lacks the key; one saved after records its
+    default (None): the same config (``ADDED_SETTINGS``, as ``marti sweep`` compares them).
+    A value other than the default is another config."""
+    from marti_trainer.report import RunRecord, group_runs
+
+    base = {"seed": 0, "exp_name": "x", "optim.lr": 1e-5}
+    old = RunRecord(tmp_path / "a", 0, dict(base), True)
+    new = RunRecord(tmp_path / "b", 1, {**base, "seed": 1, "total_tokens": None}, True)
+    capped = RunRecord(tmp_path / "c", 0, {**base, "total_tokens": 5000}, True)
+    groups = group_runs([old, new, capped])
+    assert [[r.path.name for r in g.runs] for g in groups] == [["a", "b"], ["c"]]
+    assert groups[0].label == "total_tokens=None" and groups[1].label == "total_tokens=5000"
