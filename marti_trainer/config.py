@@ -453,7 +453,8 @@ class TrainConfig(Section):
         None,
         "A training budget in response tokens: stop after the first step at which the "
         "tokens generated in training (rollouts, plus a re-execution credit method's "
-        "replays) reach this many, evaluating and checkpointing it as the last step. "
+        "replays) reach this many; that step is the last (checkpointed, and evaluated "
+        "with eval.at_end). "
         "total_steps stays the cap, and an LR schedule still follows total_steps. null: "
         "train total_steps steps.",
         Range(1, 10**15),

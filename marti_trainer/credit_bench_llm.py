@@ -19,6 +19,9 @@ cell it reports:
   ``log.eval_cache`` (default ``out_dir/eval_cache``, ``off`` turns it off;
   :mod:`marti_trainer.eval_cache`).
 * ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
+  Under the tokens budget cells train different numbers of steps; the mean over each
+  cell's own steps is then, with tokens per step about constant within a cell, the mean
+  over its token budget, the same span for every cell.
 * ``zero_adv``: the share of advantage groups whose credited rewards are all equal,
   averaged over the run's updates (the trainer's ``rollout/zero_spread_groups``, the fast
   tier's definition): groups that give no credit signal. The overlong penalty, added after
@@ -55,7 +58,7 @@ before the budget existed). Every other method keeps the base config's. With
 response tokens of its rollouts and replays reach the base config's ``total_tokens`` (the
 trainer stops at the end of that step; ``total_steps`` is the cap): equal token budgets,
 so a method whose agents write longer, or that replays, trains on fewer episodes (the
-``episodes`` column).
+rows' ``episodes``). A ``total_tokens`` in the base config under another budget is refused.
 
 The base config's ``env.kwargs`` apply only to the env it names (the quick start's are
 ``mad-v0``'s, including its prompts); any other env gets its registered defaults plus the
@@ -194,7 +197,7 @@ def cell_config(
 
     Raises:
         ValueError: ``budget`` is not one of :data:`Budget`'s, or is ``"tokens"`` while the
-            base config sets no ``total_tokens``.
+            base config sets no ``total_tokens``, or is another while it sets one.
     """
     if budget not in ("generations", "episodes", "tokens"):
         raise ValueError(f"budget must be 'generations', 'episodes' or 'tokens', got {budget!r}")
@@ -202,6 +205,12 @@ def cell_config(
         raise ValueError(
             "budget 'tokens' stops every cell at the base config's total_tokens, which is "
             "not set: give it (--set total_tokens=N), with total_steps as the cap"
+        )
+    if budget != "tokens" and base.total_tokens is not None:
+        raise ValueError(
+            f"total_tokens {base.total_tokens} is set in the base config, but budget "
+            f"{budget!r} equalises {budget}, not tokens: a token stop on top would mix the "
+            "two budgets; use budget 'tokens' (--budget tokens) or unset total_tokens"
         )
     env = env_choice(env_spec)
     reseed = method.strip() == NONE_RESEED
@@ -366,12 +375,13 @@ def run_llm_benchmark(
     result = BenchResult(
         base, env_labels, labels, [int(s) for s in seeds], tier="llm",
         episodes_per_update=base.rollout.tasks_per_step * base.rollout.n_samples,
+        budget=budget,
     )  # fmt: skip
     runs_dir = Path(out_dir) / "runs"
     checks: dict[tuple[str, str], list[bool | None]] = {}  # per (env, method), every seed's
     for env in env_labels:
         # an episode's policy generations, whatever the method (the cell without credit)
-        turns = generation_cost(cell_config(base, env, "none", 0, runs_dir, False))[0]
+        turns = generation_cost(cell_config(base, env, "none", 0, runs_dir, False, budget))[0]
         for seed in result.seeds:
             acc_start = math.nan
             for k, method in enumerate(labels):

@@ -381,12 +381,15 @@ def format_plan(plan: RunPlan) -> str:
     )
     budget = plan.config.get("total_tokens")
     if budget is not None:
-        gens = plan.total_steps * (plan.generations_per_step + plan.replay_generations_per_step)
-        most = gens * plan.config["rollout"]["max_tokens"]
+        per_step = (plan.generations_per_step + plan.replay_generations_per_step) * plan.config[
+            "rollout"
+        ]["max_tokens"]
+        most, early = plan.total_steps * per_step, (plan.total_steps - 1) * per_step
         lines.append(
             f"total_tokens {budget}: training stops at the first step whose generated tokens "
             f"reach it; {plan.total_steps} steps generate at most {most} (rollout.max_tokens "
-            "per generation)" + (", so it cannot stop early" if budget > most else "")
+            "per generation)"
+            + (f", so it cannot stop before step {plan.total_steps}" if budget > early else "")
         )
     if plan.replay_generations_per_step:
         trained = "not trained on"

@@ -217,14 +217,14 @@ def _ignored(key: str) -> bool:
 
 def _defining(config: dict[str, Any]) -> dict[str, Any]:
     """The keys of a flattened config that define its group: without :data:`NOT_CONFIG` and
-    ``log.*``, and with each :data:`~marti_trainer.config.ADDED_SETTINGS` key that a config
-    saved before the setting existed lacks set to the value that reproduces what it did (as
-    ``marti sweep`` compares configs)."""
-    keep = {k: v for k, v in config.items() if not _ignored(k)}
-    for key, value in ADDED_SETTINGS.items():
-        if not _ignored(key):
-            keep.setdefault(key, value)
-    return keep
+    ``log.*``, and without an :data:`~marti_trainer.config.ADDED_SETTINGS` key at the value
+    that reproduces what configs saved before the setting existed did (they lack the key):
+    the two group together, as ``marti sweep`` compares configs."""
+    return {
+        k: v
+        for k, v in config.items()
+        if not _ignored(k) and not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])
+    }
 
 
 def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
@@ -1028,29 +1028,51 @@ def _change(run: RunRecord) -> str:
 def _band(rows_by_seed: list[dict[float, float]], conf: float, seed: int) -> list[tuple]:
     """(x, mean, low, high) at every x all seeds have."""
     xs = sorted(set.intersection(*[set(r) for r in rows_by_seed])) if rows_by_seed else []
-    out = []
-    for x in xs:
-        e = mean_ci([r[x] for r in rows_by_seed], conf, seed, "percentile", 2_000)
-        lo, hi = (e.low, e.high) if e.has_ci else (e.mean, e.mean)
-        out.append((x, e.mean, lo, hi))
-    return out
+    return [(x, *_mean_band([r[x] for r in rows_by_seed], conf, seed)) for x in xs]
+
+
+def _mean_band(values: list[float], conf: float, seed: int) -> tuple[float, float, float]:
+    e = mean_ci(values, conf, seed, "percentile", 2_000)
+    return (e.mean, e.low, e.high) if e.has_ci else (e.mean, e.mean, e.mean)
+
+
+def _aligned_evals(runs: Sequence[RunRecord]) -> list[list[tuple[int, float]]]:
+    """The evaluations of a group's runs that go together, each as every run's (step,
+    accuracy): those at a step every run evaluated; or, when the runs evaluated at
+    different steps the same number of times (a ``total_tokens`` budget stops each seed at
+    its own step), the i-th evaluation of each run, so the final one is kept."""
+    steps = [[s for s, _ in r.evals] for r in runs]
+    if not runs:
+        return []
+    if len({tuple(x) for x in steps}) > 1 and len({len(x) for x in steps}) == 1:
+        return [[r.evals[i] for r in runs] for i in range(len(runs[0].evals))]
+    common = sorted(set.intersection(*[set(x) for x in steps]))
+    return [[(x, dict(r.evals)[x]) for r in runs] for x in common]
 
 
 def _plot_data(groups: Sequence[Group], conf: float, seed: int) -> dict[str, Any]:
+    """Per group: the mean reward per step, and the mean held-out accuracy per evaluation
+    against steps, generations and tokens (x: the mean over seeds where the runs evaluated
+    at different steps), each with its CI band."""
     data: dict[str, Any] = {"reward": {}, "accuracy": {}, "generations": {}, "tokens": {}}
     for g in groups:
         data["reward"][g.label] = _band([dict(r.curve) for r in g.runs], conf, seed)
-        data["accuracy"][g.label] = _band([dict(r.evals) for r in g.runs], conf, seed)
+        points = _aligned_evals(g.runs)
+        bands = [_mean_band([a for _, a in p], conf, seed) for p in points]
+        data["accuracy"][g.label] = [
+            (float(np.mean([s for s, _ in p])), *b) for p, b in zip(points, bands, strict=True)
+        ]
         if all(r.generations_per_step for r in g.runs):
-            gps = float(np.mean([r.generations_per_step for r in g.runs]))
             data["generations"][g.label] = [
-                (x * gps, m, lo, hi) for x, m, lo, hi in data["accuracy"][g.label]
-            ]
-        if all(r.tokens for r in g.runs):  # x: mean over seeds of the tokens at that step
+                (float(np.mean([s * r.generations_per_step for (s, _), r in zip(p, g.runs,
+                 strict=True)])), *b)
+                for p, b in zip(points, bands, strict=True)
+            ]  # fmt: skip
+        if all(r.tokens for r in g.runs):  # x: mean over seeds of the tokens at that point
             data["tokens"][g.label] = [
-                (float(np.mean([r.tokens[x] for r in g.runs])), m, lo, hi)
-                for x, m, lo, hi in data["accuracy"][g.label]
-                if all(x in r.tokens for r in g.runs)
+                (float(np.mean([r.tokens[s] for (s, _), r in zip(p, g.runs, strict=True)])), *b)
+                for p, b in zip(points, bands, strict=True)
+                if all(s in r.tokens for (s, _), r in zip(p, g.runs, strict=True))
             ]
     return data
 

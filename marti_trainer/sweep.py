@@ -262,7 +262,14 @@ def _comparable(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     data = config.to_dict() if isinstance(config, TrainConfig) else config
     # a YAML round trip makes tuples lists and keeps what a saved config.yaml would hold
     flat = _flat(yaml.safe_load(yaml.safe_dump(data, sort_keys=True)))
-    return {k: _no_address(v) for k, v in flat.items() if not _ignored(k)}
+    # a setting added later, at the value that reproduces what configs without it did, is
+    # left out: a config saved before it existed and one saved after compare (and
+    # fingerprint) equal
+    return {
+        k: _no_address(v)
+        for k, v in flat.items()
+        if not _ignored(k) and not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])
+    }
 
 
 def _no_address(value: Any) -> Any:
@@ -273,7 +280,8 @@ def _no_address(value: Any) -> Any:
 
 def config_fingerprint(config: TrainConfig | dict[str, Any]) -> str:
     """SHA-256 of the resolved config as canonical JSON, without where the run lives and
-    what it logs (``run_name``, ``log.*``): equal fingerprints, equal runs."""
+    what it logs (``run_name``, ``log.*``) and without a later-added setting at its default
+    (:data:`~marti_trainer.config.ADDED_SETTINGS`): equal fingerprints, equal runs."""
     text = json.dumps(_comparable(config), sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
 

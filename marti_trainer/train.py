@@ -1,7 +1,7 @@
 """The training loop, top to bottom: rollout with the current policies, per-agent advantages
 from credited rewards, one update per trained unit, weights back to the rollout backend.
 
-    for step in 1..total_steps:
+    for step in 1..total_steps (or until total_tokens response tokens are spent):
         tasks   = sampler.draw(tasks_per_step)                # seeded; order checkpointed
         batch   = rollout(env, tasks, n_samples, policies)    # episodes -> Samples
         for unit in team.units:                               # shared | per agent | LoRA
@@ -364,6 +364,17 @@ def train(
         run_dir, start, elapsed0 = resumed.run_dir, resumed.step, resumed.elapsed_s
     else:
         _fresh_start(run_dir)
+    # the token budget's count so far (the steps before a resumed run's checkpoint), checked
+    # before the run's files are rewritten
+    spent = training_tokens(read_metrics(run_dir), start) if cfg.total_tokens and start else 0.0
+    # a run resumed from the checkpoint of the step that met its budget has no step left
+    end = start if cfg.total_tokens is not None and spent >= cfg.total_tokens else cfg.total_steps
+    if end == start and start > 0:
+        try:
+            _check_budget_met_at(read_metrics(run_dir), start, cfg)
+        except ValueError:
+            team.close()
+            raise
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     _write_run_metadata(
@@ -403,10 +414,6 @@ def train(
 
     checkpoint = None
     saves: list[float] = []  # seconds of each save (it follows its step's log line)
-    # the token budget's count so far: the steps before a resumed run's checkpoint
-    spent = training_tokens(read_metrics(run_dir), start) if cfg.total_tokens and start else 0.0
-    # a run resumed from the checkpoint of the step that met its budget has no step left
-    end = start if cfg.total_tokens is not None and spent >= cfg.total_tokens else cfg.total_steps
     with StopRequest() as stop:
         if start == 0 and cfg.eval.at_start:
             t_eval = time.perf_counter()
@@ -454,6 +461,28 @@ def train(
         plot_run(run_dir)
     team.close()
     return TrainResult(run_dir, summary, history, None, summary["steps"], checkpoint)
+
+
+def _check_budget_met_at(history: list[dict[str, Any]], start: int, cfg: TrainConfig) -> None:
+    """A run resumed at step ``start`` with its ``total_tokens`` already spent must be the
+    run that met the budget at that step (and evaluated it, with ``eval.at_end``): one whose
+    budget was lowered or added on resume would end without a final evaluation, or past its
+    budget.
+
+    Raises:
+        ValueError: the budget was met before ``start``, or ``start`` has no evaluation.
+    """
+    before = training_tokens(history, start - 1)
+    evaluated = any(h.get("step") == start and "eval/accuracy" in h for h in history)
+    if before >= cfg.total_tokens or (cfg.eval.at_end and not evaluated):
+        when = f"by step {start - 1}" if before >= cfg.total_tokens else f"at step {start}"
+        raise ValueError(
+            f"total_tokens {cfg.total_tokens}: the resumed run had spent "
+            f"{training_tokens(history, start):.0f} tokens by its checkpoint's step {start} "
+            f"(the budget was met {when}, and that step was not its end), so no step is left "
+            "to train and no final evaluation was made: raise total_tokens, or evaluate the "
+            "checkpoint with `marti eval --checkpoint`"
+        )
 
 
 def _saved_config(resume: Path) -> dict | None:

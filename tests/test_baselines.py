@@ -225,9 +225,15 @@ def test_dry_run_states_a_token_budget():
     text = format_plan(plan_run(cfg))
     assert "total_tokens 1000: training stops at the first step whose generated" in text
     assert f"15 steps generate at most {most} (rollout.max_tokens per generation)\n" in text
-    unreachable = f"total_tokens={most + 1}"
-    text = format_plan(plan_run(load_config(REPO / "baselines" / "quickstart.yaml", [unreachable])))
-    assert f"at most {most} (rollout.max_tokens per generation), so it cannot stop early" in text
+    early = 14 * 128 * cfg.rollout.max_tokens  # what steps 1-14 generate at most
+    for budget, stated in ((early, False), (early + 1, True), (most + 1, True)):
+        text = format_plan(
+            plan_run(
+                load_config(REPO / "baselines" / "quickstart.yaml", [f"total_tokens={budget}"])
+            )
+        )
+        assert f"at most {most} (rollout.max_tokens per generation)" in text
+        assert ("so it cannot stop before step 15" in text) == stated, budget
 
 
 def test_dry_run_counts_the_replays_of_a_re_execution_credit(capsys):

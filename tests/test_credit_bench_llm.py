@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from marti_env.credit.bench import write_outputs
+from marti_env.credit.bench.report import plot
 from marti_trainer.credit_bench_llm import (
     cell_config,
     equal_generation_tasks,
@@ -187,6 +188,8 @@ def test_a_token_budget_stops_every_cell_at_the_base_configs_total_tokens(tiny_d
     budgeted = replace(base, total_tokens=1)
     loo = cell_config(budgeted, "mad-v0", "leave_one_out_replay", 0, tmp_path, True, "tokens")
     assert (loo.rollout.tasks_per_step, loo.total_tokens) == (2, 1)  # replays on top
+    with pytest.raises(ValueError, match=r"total_tokens 1 is set .* would mix the two budgets"):
+        cell_config(budgeted, "mad-v0", "none", 0, tmp_path, True, "generations")
     methods = ["none", "leave_one_out_replay"]
     result = run_llm_benchmark(methods, ["mad-v0"], [0], budgeted, tmp_path / "out",
                                budget="tokens")  # fmt: skip
@@ -194,6 +197,10 @@ def test_a_token_budget_stops_every_cell_at_the_base_configs_total_tokens(tiny_d
     assert (none["episodes"], none["generations"]) == (4, 16)  # 1 step, not 3
     assert (replay["episodes"], replay["generations"]) == (4, 16 + 4 * 2)
     assert replay["tokens"] > none["tokens"] >= 1
+    assert result.to_json()["budget"] == "tokens"
+    # seeds stop at different steps under a token budget: the curves' mean still plots
+    result.curves[("mad-v0", "none", 1)] = [0.5, 0.5, 0.5]  # a seed that trained 3 steps
+    assert plot(result, tmp_path / "curves.png").is_file()
 
 
 def test_spent_tokens_by_hand():

@@ -512,3 +512,29 @@ def test_a_setting_added_later_groups_a_config_saved_before_it(tmp_path):
     groups = group_runs([old, new, capped])
     assert [[r.path.name for r in g.runs] for g in groups] == [["a", "b"], ["c"]]
     assert groups[0].label == "total_tokens=None" and groups[1].label == "total_tokens=5000"
+
+
+def test_runs_that_stop_at_different_steps_keep_their_final_evaluation(tmp_path):
+    """A token budget stops each seed at its own step: the accuracy curve pairs the seeds'
+    i-th evaluations (x: their mean step), so the final one is not dropped; runs that share
+    their steps pair at each step they all have."""
+    from marti_trainer.report import RunRecord, _plot_data, group_runs
+
+    config = {"seed": 0, "exp_name": "x", "total_tokens": 900}
+    runs = [
+        RunRecord(tmp_path / "a", 0, dict(config), True, evals=[(0, 0.2), (7, 0.4)],
+                  generations_per_step=10.0, tokens={0: 0.0, 7: 880.0}),
+        RunRecord(tmp_path / "b", 1, {**config, "seed": 1}, True, evals=[(0, 0.2), (9, 0.6)],
+                  generations_per_step=10.0, tokens={0: 0.0, 9: 920.0}),
+    ]  # fmt: skip
+    data = _plot_data(group_runs(runs), 0.95, 0)
+    (start, final) = data["accuracy"]["all runs"]
+    assert start[:2] == (0.0, 0.2) and final[:2] == (8.0, pytest.approx(0.5))
+    assert [p[0] for p in data["generations"]["all runs"]] == [0.0, 80.0]
+    assert [p[0] for p in data["tokens"]["all runs"]] == [0.0, 900.0]
+    shared = [
+        RunRecord(tmp_path / "c", 0, dict(config), True, evals=[(0, 0.2), (5, 0.3), (9, 0.5)]),
+        RunRecord(tmp_path / "d", 1, {**config, "seed": 1}, True, evals=[(0, 0.2), (9, 0.7)]),
+    ]
+    steps = [p[0] for p in _plot_data(group_runs(shared), 0.95, 0)["accuracy"]["all runs"]]
+    assert steps == [0.0, 9.0]  # step 5 is one run's only

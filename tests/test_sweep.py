@@ -194,6 +194,8 @@ def test_a_setting_missing_from_a_saved_config(base_yaml):
     saved = new.to_dict()
     del saved["eval"]["seed"], saved["log"]["eval_cache"], saved["total_tokens"]
     assert config_changes(saved, new) == []
+    assert config_fingerprint(saved) == config_fingerprint(new)  # as the sweep records it
+    assert config_fingerprint(saved) != config_fingerprint(load_config(base_yaml, ["seed=9"]))
     assert config_changes(saved, load_config(base_yaml, ["total_tokens=5"])) == [
         "total_tokens: None -> 5"
     ]

@@ -195,6 +195,15 @@ def test_token_budget_stops_at_the_step_that_reaches_it_and_resumes_there(tiny_d
     train(cut, stop_at_step=2)
     resumed = train(cut, resume=tmp_path / "cut")
     assert resumed.last_step == 3 and losses(resumed.history) == losses(result.history)
+    # a budget lowered on resume, already spent at the checkpoint's step 2 (which has no
+    # evaluation): refused before the run's files change, not ended without an evaluation
+    short = replace(cfg, run_name="short")
+    train(short, stop_at_step=2)
+    saved = (tmp_path / "short" / "config.yaml").read_text()
+    for lowered, when in ((int(spent[0] + spent[1]), "at step 2"), (int(spent[0]), "by step 1")):
+        with pytest.raises(ValueError, match=f"total_tokens {lowered}: .*met {when}"):
+            train(replace(short, total_tokens=lowered), resume=tmp_path / "short")
+    assert (tmp_path / "short" / "config.yaml").read_text() == saved
 
 
 @pytest.mark.parametrize(

@@ -648,7 +648,9 @@ class BenchResult:
     ``tier`` is ``"fast"`` (simulated agents) or ``"llm"`` (the real trainer), and
     ``config`` the tier's config (:class:`BenchConfig` or the trainer's base config: anything
     with a ``to_dict()`` of plain values). ``flags[(env, method)]`` is the degeneracy flag
-    (``same_as_none`` on every seed's probe batch).
+    (``same_as_none`` on every seed's probe batch). ``budget``: what the LLM tier held
+    equal across methods (``"generations"``, ``"episodes"`` or ``"tokens"``; recorded in
+    ``results.json``); None for the fast tier, whose config says it (``equal_budget``).
     """
 
     config: Any
@@ -660,6 +662,7 @@ class BenchResult:
     tier: str = "fast"
     episodes_per_update: int = 1
     flags: dict[tuple[str, str], bool] = field(default_factory=dict)
+    budget: str | None = None
 
     def summary(self) -> list[dict[str, Any]]:
         """Per (env, method): mean and sample std (ddof 1; 0 for one seed) of each metric,
@@ -737,6 +740,7 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
+            **({"budget": self.budget} if self.budget is not None else {}),
             "config": self.config.to_dict(),
             "envs": self.envs,
             "methods": self.methods,

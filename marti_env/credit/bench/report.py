@@ -90,9 +90,13 @@ def plot(result: BenchResult, path: str | Path) -> Path | None:
             curves = [c for (e, m, _), c in result.curves.items() if e == env and m == method]
             if not curves:
                 continue
-            mean = np.mean(np.array(curves), axis=0)
+            # under a token budget seeds stop at different steps: the mean covers the
+            # steps every seed trained, and the legend says so
+            common = min(len(c) for c in curves)
+            mean = np.mean(np.array([c[:common] for c in curves]), axis=0)
             x = batch * np.arange(1, len(mean) + 1)
-            ax.plot(x, _smooth(mean), label=method, color=colors(k % 10))
+            cut = "" if all(len(c) == common for c in curves) else f" (first {common} updates)"
+            ax.plot(x, _smooth(mean), label=method + cut, color=colors(k % 10))
         ax.set_title(f"{env}: team accuracy while training")
         ax.set_xlabel("episodes")
         ax.set_ylabel("accuracy (smoothed)")
