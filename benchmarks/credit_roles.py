@@ -14,6 +14,11 @@ own job with its env's rules:
   (:func:`marti_env.workflows.gate.balanced_accuracy`: always-ACCEPT scores 50). With a
   panel (``num_verifiers`` K > 1) every verifier's decision counts, so the decision
   columns are shares of the ``K x problems`` decisions.
+* ``signal-v0`` (:func:`signal_counts`): a speaker does its job by naming the target (its
+  turn scores 1); the listener by picking it, which the team outcome says. Split by
+  whether a speaker named the target: a listener that reads the message is right when
+  one did, and right 1 in K (the candidates) by guessing when none did; and the share
+  of problems where the listener boxed a speaker's message, right or wrong.
 
 Collect from run folders (all of one env), then render::
 
@@ -44,6 +49,7 @@ import yaml
 from marti_env.tasks.task import Task
 from marti_env.workflows.base import Workflow
 from marti_env.workflows.gate import GENERATOR, balanced_accuracy, decision
+from marti_env.workflows.signal import LISTENER, message_of
 from marti_env.workflows.split_sum import local_correct, parse_int
 
 
@@ -110,9 +116,38 @@ def gate_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dic
     return out
 
 
+def signal_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dict[str, Any]:
+    """Speakers' turns that named the target (scored 1) over ``pairs`` (speakers x
+    problems); the problems where some speaker named it (``named_problems``) and how many of
+    those and of the rest the team got right (``right_named``, ``right_other``); the
+    problems where the listener boxed one of the speakers' messages (``copied``); and the
+    problems whose team outcome is 1.
+
+    Raises:
+        ValueError: as :func:`split_sum_counts`.
+    """
+    out: dict[str, Any] = dict.fromkeys(
+        ("named", "named_problems", "right_named", "right_other", "copied", "team"), 0
+    )
+    out["problems"], out["pairs"] = len(records), len(records) * len(workflow.speakers)
+    for _, turns, answers, outcome in _episodes(records, workflow, where):
+        named = [float(turns[s]["score"]) == 1.0 for s in workflow.speakers]
+        right = int(outcome == 1.0)
+        out["named"] += sum(named)
+        out["named_problems"] += int(any(named))
+        out["right_named" if any(named) else "right_other"] += right
+        sent = {message_of(answers[s]) for s in workflow.speakers if answers[s] is not None}
+        out["copied"] += int(
+            answers[LISTENER] is not None and message_of(answers[LISTENER]) in sent
+        )
+        out["team"] += right
+    return out
+
+
 FAMILIES: dict[str, Callable[[list[dict[str, Any]], Any, str], dict[str, Any]]] = {
     "split-sum-v0": split_sum_counts,
     "gate-v0": gate_counts,
+    "signal-v0": signal_counts,
 }
 """The env ids this script scores, and how."""
 
@@ -213,6 +248,16 @@ def _gate_cells(c: dict[str, Any]) -> list[str]:
     ]
 
 
+def _signal_cells(c: dict[str, Any]) -> list[str]:
+    other = c["problems"] - c["named_problems"]
+    return [
+        _pct(c["named"], c["pairs"]),
+        _pct(c["right_named"], c["named_problems"]),
+        _pct(c["right_other"], other),
+        _pct(c["copied"], c["problems"]),
+    ]
+
+
 COLUMNS = {
     "split-sum-v0": (
         ["solvers: own part boxed (boxed a number)", "distractors: 0 or nothing (boxed a number)"],
@@ -221,6 +266,15 @@ COLUMNS = {
     "gate-v0": (
         ["generator right", "verifier ACCEPT", "REJECT", "no decision", "balanced accuracy"],
         _gate_cells,
+    ),
+    "signal-v0": (
+        [
+            "speaker named the target",
+            "listener right where it was named",
+            "elsewhere",
+            "listener boxed the message",
+        ],
+        _signal_cells,
     ),
 }
 

@@ -3,8 +3,9 @@
 # 10 paired seeds, 1,000 held-out problems each (10-25 min a cell on 2 cores: hours in
 # all), on one family, named by its config baselines/smollm2/135m_credit_<FAMILY>.yaml:
 # split_sum_nopenalty (split-sum-v0, the default), split_sum_d4 (its 4-distractor instance),
-# gate (gate-v0), or split_sum (split-sum-v0 with the quick start's overlong penalty, whose
-# length term outweighed the credit: closed).
+# gate (gate-v0), signal (signal-v0, `none` against `leave_one_out_replay`: static shapley
+# reads only the listener there, so it is none), or split_sum (split-sum-v0 with the quick
+# start's overlong penalty, whose length term outweighed the credit: closed).
 # Run in the background; a rerun reuses finished cells and resumes. A finished cell's
 # checkpoints are deleted (--keep-checkpoints none: ~3 GiB a cell, and the page needs only
 # its metrics, evaluations and transcripts); an unfinished cell's are what it resumes from.
@@ -24,10 +25,12 @@ cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
 PYTHON=${PYTHON:-.venv/bin/python}
 FAMILY=${FAMILY:-split_sum_nopenalty}
+METHOD=shapley  # the credit method paired against none
 case "$FAMILY" in
   split_sum|split_sum_nopenalty|split_sum_d4) ENV_ID=split-sum-v0 ;;
   gate) ENV_ID=gate-v0 ;;
-  *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate or split_sum, got '$FAMILY'" >&2; exit 2 ;;
+  signal) ENV_ID=signal-v0; METHOD=leave_one_out_replay ;;
+  *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate, signal or split_sum, got '$FAMILY'" >&2; exit 2 ;;
 esac
 CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
 . benchmarks/require_native_bf16.sh
@@ -35,15 +38,15 @@ OUT=runs/credit_llm_$FAMILY
 DIGESTS=docs/results/digests/credit_llm_$FAMILY
 for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished seed is paired
   if [ -f "$DIGESTS/${ENV_ID}__none__$seed.run.json" ] \
-    && [ -f "$DIGESTS/${ENV_ID}__shapley__$seed.run.json" ]; then
+    && [ -f "$DIGESTS/${ENV_ID}__${METHOD}__$seed.run.json" ]; then
     echo "seed $seed: digested earlier ($DIGESTS), skipped"
     continue
   fi
   if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
-    --methods none,shapley --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
+    --methods "none,$METHOD" --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
     "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
     "$PYTHON" benchmarks/credit_roles.py collect \
-      "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__shapley__$seed" \
+      "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__${METHOD}__$seed" \
       --out "docs/results/credit_llm_${FAMILY}_roles.json" --merge
   else
     echo "seed $seed failed"

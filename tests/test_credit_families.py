@@ -371,3 +371,23 @@ def test_signal_listener_told_the_target_in_the_credit_irrelevant_variant():
     with pytest.raises(ValueError, match=r"signal-v0: prompt template 'listen' does not use "
                        r"\{\{hint\}\}, which this env needs: listener_sees_target"):  # fmt: skip
         marti_env.make("signal-v0", prompts=own, listener_sees_target=True)
+
+
+def test_a_signal_speaker_can_be_shown_the_problem_instead_of_the_target():
+    """The LLM tier's variant (baselines/smollm2/135m_credit_signal.yaml): the speak
+    template's problem field; the speaker must solve it to name the target."""
+    own = {"speak": {"user": "Problem: {{problem}}\nCandidates: {{candidates}}. Box it."}}
+    env = marti_env.make("signal-v0", prompts=own)
+    obs, _ = env.reset(seed=0)
+    task = env.record.task
+    seen = obs["speaker_0"]["messages"][-1]["content"]
+    assert seen.startswith(f"Problem: {task.prompt}\nCandidates: ") and seen.endswith("Box it.")
+    obs, *_ = env.step({"speaker_0": f"\\boxed{{{task.answer}}}", "listener_0": ""})
+    env.step({"speaker_0": "", "listener_0": f"\\boxed{{{task.answer}}}"})
+    assert env.record.outcome == 1.0
+    with pytest.raises(
+        ValueError,
+        match=r"prompts.speak uses unknown field\(s\) \['\{\{answer\}\}'\]; allowed: "
+        r"\['\{\{candidates\}\}', '\{\{problem\}\}', '\{\{target\}\}'\]",
+    ):
+        marti_env.make("signal-v0", prompts={"speak": {"user": "Say {{answer}}."}})

@@ -1,4 +1,4 @@
-"""benchmarks/credit_roles.py: per-role scores of split-sum and gate evaluations, by hand."""
+"""benchmarks/credit_roles.py: per-role scores of split-sum, gate and signal runs, by hand."""
 
 from __future__ import annotations
 
@@ -161,3 +161,22 @@ def test_collect_merge_adds_seeds_to_the_committed_file(tmp_path):
         roles.main(["collect", str(gate), "--out", str(out), "--merge"])
     assert roles.main(["collect", str(gate), "--out", str(out)]) == 0  # without: overwritten
     assert json.loads(out.read_text())["env_id"] == "gate-v0"
+
+
+def test_signal_counts_speakers_that_named_the_target_and_a_listener_that_read_them(tmp_path):
+    s, li = "speaker_0", "listener_0"
+    records = [
+        _record({s: "53", li: "53"}, 1.0, {s: 1.0}),  # named, read: right, copied
+        _record({s: "50", li: "50"}, 0.0),  # a wrong message, copied
+        _record({s: None, li: "47"}, 1.0),  # no message, a lucky guess
+        _record({s: "53 it is", li: "40"}, 0.0, {s: 1.0}),  # named, ignored
+        _record({s: None, li: None}, 0.0),
+    ]
+    data = roles.collect([_run(tmp_path, records, kwargs={}, env_id="signal-v0")])
+    counts = data["runs"][0]["steps"]["15"]
+    assert counts == {"named": 2, "named_problems": 2, "right_named": 1, "right_other": 1,
+                      "copied": 2, "team": 2, "problems": 5, "pairs": 5}  # fmt: skip
+    # team 2/5; named 2/5; right where named 1/2; elsewhere 1/3; copied 2/5
+    assert roles.render(data).splitlines()[-1] == (
+        "| none | 3 | 15 | 40.0 | 40.0 | 50.0 | 33.3 | 40.0 |"
+    )

@@ -13,7 +13,10 @@ Agents
 
 Observation
     Round 0: every speaker is shown ``K`` candidates and which one is the target
-    (template ``speak``); the speakers do not see each other. Round 1: the listener is
+    (template ``speak``); the speakers do not see each other. The template may show the
+    task's problem (field ``problem``) instead of the target: a prompt that hides the
+    target makes the speaker solve the problem to name it (the LLM tier's variant,
+    ``baselines/smollm2/135m_credit_signal.yaml``). Round 1: the listener is
     shown the same candidates in an order shuffled from the episode's generator, and the
     speakers' messages in speaker order, joined by :data:`MESSAGE_SEPARATOR` (template
     ``listen``, field ``message``: :func:`join_messages`). With
@@ -50,8 +53,9 @@ Arguments
 
 Version history
     v0: initial version; ``listener_sees_target`` (and the ``listen`` template's ``hint``,
-    empty by default, so the default prompts are unchanged) and ``num_speakers`` (one
-    speaker by default: the original agents and prompts) added later.
+    empty by default, so the default prompts are unchanged), ``num_speakers`` (one
+    speaker by default: the original agents and prompts) and the ``speak`` template's
+    ``problem`` field (unused by the default prompt) added later.
 """
 
 from __future__ import annotations
@@ -132,7 +136,7 @@ class Signal(Workflow):
 
     name = "signal"
     templates: ClassVar[Mapping[str, frozenset[str]]] = {
-        "speak": frozenset({"candidates", "target"}),
+        "speak": frozenset({"candidates", "target", "problem"}),
         "listen": frozenset({"candidates", "message", "hint"}),
     }
     num_rounds = 2
@@ -174,7 +178,8 @@ class Signal(Workflow):
     ) -> Prompt:
         options = candidates(task, self.num_candidates)
         if round == 0:
-            return Prompt("speak", {"candidates": ", ".join(options), "target": str(task.answer)})
+            fields = {"candidates": ", ".join(options), "target": str(task.answer)}
+            return Prompt("speak", {**fields, "problem": task.prompt})
         order = rng.permutation(len(options))
         spoken = {t.agent: t for t in transcript if t.agent in self.speakers}
         # through self.shown, as any shown response (clipped, defused; a harness that
