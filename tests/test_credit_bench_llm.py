@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -198,6 +199,9 @@ def test_a_token_budget_stops_every_cell_at_the_base_configs_total_tokens(tiny_d
     assert (replay["episodes"], replay["generations"]) == (4, 16 + 4 * 2)
     assert replay["tokens"] > none["tokens"] >= 1
     assert result.to_json()["budget"] == "tokens"
+    header, _, first, second = result.table().splitlines()[:4]
+    assert re.search(r"\btokens +episodes +acc_final - none", header)
+    assert "4 ± 0" in first and "4 ± 0" in second  # 1 step of 2 tasks x 2 samples each
     # seeds stop at different steps under a token budget: the curves' mean still plots
     result.curves[("mad-v0", "none", 1)] = [0.5, 0.5, 0.5]  # a seed that trained 3 steps
     assert plot(result, tmp_path / "curves.png").is_file()

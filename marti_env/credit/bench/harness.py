@@ -689,6 +689,10 @@ class BenchResult:
                     spent = np.array([r.get("tokens", np.nan) for r in rows], dtype=float)
                     entry["tokens_mean"] = float(spent.mean())  # NaN if a cell has no count
                     entry["tokens_std"] = float(spent.std(ddof=1)) if len(spent) > 1 else 0.0
+                if self.budget == "tokens":  # equal tokens: how many episodes each cell got
+                    done = np.array([r["episodes"] for r in rows], dtype=float)
+                    entry["episodes_mean"] = float(done.mean())
+                    entry["episodes_std"] = float(done.std(ddof=1)) if len(done) > 1 else 0.0
                 mine = {r["seed"]: r["acc_final"] for r in rows}
                 if method != "none" and base and set(mine) == set(base):
                     pd = paired_difference(
@@ -706,10 +710,13 @@ class BenchResult:
     def table(self) -> str:
         """The summary as a fixed-width text table: ``=none`` (the degeneracy flag), mean ±
         std over seeds of each metric, ``tokens`` where the rows have it (the LLM tier's
-        response tokens per cell), and ``acc_final - none`` with its 95% CI and verdict."""
+        response tokens per cell), ``episodes`` under the tokens budget (what each cell's
+        tokens bought), and ``acc_final - none`` with its 95% CI and verdict."""
         metrics = [m for m in METRICS if any(not math.isnan(r.get(m, math.nan)) for r in self.rows)]
         tokens = any("tokens" in r for r in self.rows)
+        episodes = self.budget == "tokens"
         header = ["env", "method", "=none", *metrics, *(["tokens"] if tokens else []),
+                  *(["episodes"] if episodes else []),
                   "acc_final - none [95% CI]", "verdict"]  # fmt: skip
         lines = []
         for e in self.summary():
@@ -719,6 +726,8 @@ class BenchResult:
             if tokens:  # n/a where some seed's cell has no count (trained before it existed)
                 mean, std = e.get("tokens_mean", math.nan), e.get("tokens_std", 0.0)
                 cells.append("n/a" if math.isnan(mean) else f"{mean:.0f} ± {std:.0f}")
+            if episodes:
+                cells.append(f"{e['episodes_mean']:.0f} ± {e['episodes_std']:.0f}")
             if "d_acc_mean" in e:
                 ci = "n/a" if math.isnan(e["d_acc_low"]) else (
                     f"{e['d_acc_low']:+.3f}, {e['d_acc_high']:+.3f}")  # fmt: skip
