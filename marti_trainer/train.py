@@ -426,7 +426,8 @@ def train(
             )
             after = _verifier_counts(verifiers)
             metrics.update({f"rollout/verifier_{k}": after[k] - before[k] for k in after})
-            spent += step_tokens(metrics)
+            if cfg.total_tokens is not None:
+                spent += step_tokens(metrics)
             last = step == cfg.total_steps or (
                 cfg.total_tokens is not None and spent >= cfg.total_tokens
             )
