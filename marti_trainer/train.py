@@ -369,7 +369,7 @@ def train(
     spent = training_tokens(read_metrics(run_dir), start) if cfg.total_tokens and start else 0.0
     # a run resumed from the checkpoint of the step that met its budget has no step left
     end = start if cfg.total_tokens is not None and spent >= cfg.total_tokens else cfg.total_steps
-    if end == start and start > 0:
+    if cfg.total_tokens is not None and end == start and start > 0:
         try:
             _check_budget_met_at(read_metrics(run_dir), start, cfg)
         except ValueError:
