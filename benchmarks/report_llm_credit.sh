@@ -2,14 +2,15 @@
 # The credit benchmark's LLM-tier page for one family (FAMILY=split_sum_nopenalty, the
 # default, gate, signal or split_sum), from the committed digests of
 # benchmarks/run_llm_credit.sh: docs/credit_llm_<family>.md, `shapley` (signal:
-# `leave_one_out_replay`) against `none` paired by seed on the same 1,000 held-out problems.
+# `leave_one_out_replay`) against `none` paired by seed on the same 1,000 held-out problems,
+# with the table of where the seeds ended (runs grouped by their final answers, --modes).
 set -eu
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
 FAMILY=${FAMILY:-split_sum_nopenalty}
 METHOD=shapley
 if [ "$FAMILY" = signal ]; then METHOD=leave_one_out_replay; fi
-"$MARTI" report "docs/results/digests/credit_llm_$FAMILY" --versus exp_name=none \
+"$MARTI" report "docs/results/digests/credit_llm_$FAMILY" --versus exp_name=none --modes 0.9 \
   --title "Credit benchmark, LLM tier: $FAMILY, $METHOD against none (SmolLM2-135M)" \
   --note "${NOTE:?set NOTE to what the figures do not show}" \
   --out "docs/credit_llm_$FAMILY.md"

@@ -16,6 +16,9 @@ with honest uncertainty. Each function is small and pure; randomness (the bootst
   exact sign-flip test :func:`sign_flip_p_value`.
 * :func:`mcnemar_exact`: one run before and after training on the same problems (0/1
   outcomes): problems gained, lost, and the exact McNemar p-value (McNemar 1947).
+* :func:`cohen_kappa`: how far two runs' 0/1 outcomes on the same problems agree beyond
+  what their accuracies alone would give (Cohen 1960): two seeds that ended at the same
+  policy score near 1.
 
 Every CI is an :class:`Estimate` (``est.format()`` -> ``"0.674 [0.601, 0.742]"``). The
 bootstrap is :func:`scipy.stats.bootstrap` (independent resampling of each sample given to
@@ -38,6 +41,7 @@ from scipy import stats as _st
 __all__ = [
     "Estimate",
     "PairedDifference",
+    "cohen_kappa",
     "iqm",
     "iqm_ci",
     "mcnemar_exact",
@@ -487,6 +491,36 @@ def mcnemar_exact(
     if gained + lost == 0:
         return 0, 0, 1.0
     return gained, lost, float(_st.binomtest(gained, gained + lost, 0.5).pvalue)
+
+
+def cohen_kappa(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, float]:
+    """Agreement of two 0/1 evaluations of the same problems: the observed share of problems
+    on which they agree, ``p_o``, and Cohen's kappa (Cohen 1960), ``(p_o - p_e) / (1 - p_e)``
+    with ``p_e = p_a p_b + (1 - p_a)(1 - p_b)`` the agreement two independent runs of
+    accuracies ``p_a`` and ``p_b`` would reach by chance. Kappa is 1 for identical outcomes,
+    near 0 for unrelated ones; it is ``nan`` when both runs score every problem alike
+    (``p_e = 1``: nothing to agree beyond chance).
+
+    By hand: a = 1100, b = 1010 (four problems): p_o = 2/4, p_a = p_b = 1/2, p_e = 1/2,
+    kappa = 0; a = b = 1100: kappa = 1; a = 1100, b = 0011: kappa = -1.
+
+    Raises:
+        ValueError: the problem sets differ, or an outcome is not 0 or 1 (naming it).
+    """
+    if set(a) != set(b):
+        differ = sorted(set(a) ^ set(b))[:3]
+        raise ValueError(f"a and b must hold the same problems; differ in {differ}")
+    if not a:
+        raise ValueError("a and b hold no problems")
+    for name, outcomes in (("a", a), ("b", b)):
+        bad = next((k for k, v in outcomes.items() if v not in (0.0, 1.0)), None)
+        if bad is not None:
+            raise ValueError(f"{name}[{bad!r}] = {outcomes[bad]!r}: outcomes must be 0 or 1")
+    n = len(a)
+    p_o = sum(1 for k in a if a[k] == b[k]) / n
+    p_a, p_b = sum(a.values()) / n, sum(b.values()) / n
+    p_e = p_a * p_b + (1 - p_a) * (1 - p_b)
+    return p_o, (p_o - p_e) / (1 - p_e) if p_e < 1 else float("nan")
 
 
 def paired_difference(

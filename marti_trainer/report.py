@@ -30,6 +30,10 @@ What it writes:
   the keys that differ named (single agent against a debate at equal budget). Groups are
   labelled by ``exp_name`` when each has one and the names tell them apart.
 * **Per run**: final accuracy with its Wilson interval over the held-out problems.
+* **Where the seeds ended** (``--modes KAPPA``): runs of any config grouped by how far
+  their final per-problem outcomes agree (:func:`answer_modes`, Cohen's kappa at least
+  KAPPA), so a difference between configs that comes from how many of their seeds fell
+  into a collapsed policy is seen as such.
 * **Plots** (PNG next to the page): training reward and held-out accuracy against the
   step, mean over seeds with a CI band; held-out accuracy against generations (sampled
   model calls: step x tasks_per_step x n_samples x turns per episode) and against the
@@ -64,6 +68,7 @@ import yaml
 
 from marti_env.stats import (
     Estimate,
+    cohen_kappa,
     iqm_ci,
     mcnemar_exact,
     mean_ci,
@@ -77,6 +82,7 @@ __all__ = [
     "Group",
     "ReportOptions",
     "RunRecord",
+    "answer_modes",
     "build_report",
     "check_report",
     "find_runs",
@@ -683,6 +689,8 @@ class ReportOptions:
     versus: tuple[str, ...] = ()
     """``key=value`` specs: for each, a table of every other config against the one config
     that has it, whatever else differs (:func:`pair_versus`)."""
+    modes: float | None = None
+    """With a kappa in (0, 1]: the "Where the seeds ended" table (:func:`answer_modes`)."""
 
     def to_json(self) -> str:
         data = {"paths": list(self.paths), "baseline": self.baseline,
@@ -692,6 +700,8 @@ class ReportOptions:
             data["note"] = self.note
         if self.versus:
             data["versus"] = list(self.versus)
+        if self.modes is not None:
+            data["modes"] = self.modes
         return json.dumps(data, sort_keys=True)
 
 
@@ -717,6 +727,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
     ``<stem>_generations.png``)."""
     if not opts.min_effect >= 0:
         raise ValueError(f"--min-effect must be >= 0, got {opts.min_effect}")
+    if opts.modes is not None and not 0 < opts.modes <= 1:
+        raise ValueError(f"--modes must be a kappa in (0, 1], got {opts.modes}")
     sources = _Sources()
     runs = [read_run(p, sources) for p in find_runs(opts.paths)]
     finished = [r for r in runs if r.finished and r.final_accuracy is not None]
@@ -786,6 +798,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         ]
         lines += _paired_table(pair_versus(groups, versus), opts, "", differs=True)
     summary = "\n".join(lines[lines.index("## Held-out accuracy per config") :]).strip() + "\n"
+    if opts.modes is not None:
+        lines += _modes_table(groups, opts.modes)
     machines = _machine_labels(groups)
     lines += _run_table(groups, conf, seed, machines)
     lines += _start_table(groups, machines)
@@ -815,6 +829,87 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
     ]
     lines += [f"| {path} | {digest} |" for path, digest in sorted(sources.files.items())]
     return Report("\n".join(lines) + "\n", summary, groups, unfinished, plots)
+
+
+def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRecord]]:
+    """Runs grouped by where they ended: two runs are linked when their final 0/1 outcomes
+    on the same held-out problems agree with Cohen's kappa >= ``min_kappa``
+    (:func:`marti_env.stats.cohen_kappa`; identical outcomes always link, even where kappa
+    is undefined), and a mode is a connected set of linked runs (single linkage). Runs on
+    different problem sets are never linked. Modes come highest mean final accuracy first,
+    runs in the order given.
+
+    Raises:
+        ValueError: a run has no per-problem outcomes, or scores that are not 0 or 1
+            (``eval.samples`` > 1), naming it.
+    """
+    for r in runs:
+        if r.problems is None:
+            raise ValueError(f"{_display(r.path)}: no per-problem outcomes to compare")
+        bad = next((k for k, v in r.problems.items() if v not in (0.0, 1.0)), None)
+        if bad is not None:
+            raise ValueError(
+                f"{_display(r.path)}: problem {bad!r} scores {r.problems[bad]!r}; modes need "
+                "0/1 outcomes (one sample per problem)"
+            )
+    parent = list(range(len(runs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(runs):
+        for j in range(i + 1, len(runs)):
+            b = runs[j]
+            if set(a.problems) != set(b.problems):
+                continue
+            p_o, kappa = cohen_kappa(a.problems, b.problems)
+            if p_o == 1.0 or kappa >= min_kappa:
+                parent[root(j)] = root(i)
+    modes: dict[int, list[RunRecord]] = {}
+    for i, r in enumerate(runs):
+        modes.setdefault(root(i), []).append(r)
+    return sorted(modes.values(), key=lambda m: -float(np.mean([r.final_accuracy for r in m])))
+
+
+def _modes_table(groups: Sequence[Group], min_kappa: float) -> list[str]:
+    """The "Where the seeds ended" section: one row per mode of :func:`answer_modes`."""
+    label = {id(r): g.label for g in groups for r in g.runs}
+    runs = [r for g in groups for r in g.runs]
+    lines = [
+        "## Where the seeds ended",
+        "",
+        "Runs whose final held-out outcomes agree problem by problem ended at the same "
+        f"policy, whatever their config: linked when Cohen's kappa >= {min_kappa:g} (0 is "
+        "what two unrelated runs of those accuracies agree by chance, 1 identical outcomes), "
+        "a mode being the runs linked to one another. A paired difference between configs "
+        "that comes from how many of their seeds reach each mode is a difference in those "
+        "counts.",
+        "",
+        "| mode | runs | final accuracy | seeds per config | least kappa within |",
+        "|---|---|---|---|---|",
+    ]
+    for n, mode in enumerate(answer_modes(runs, min_kappa), 1):
+        accs = [100 * r.final_accuracy for r in mode]
+        span = f"{min(accs):.1f}" + ("" if min(accs) == max(accs) else f"-{max(accs):.1f}")
+        kappas = [
+            cohen_kappa(a.problems, b.problems)
+            for i, a in enumerate(mode) for b in mode[i + 1 :]
+        ]  # fmt: skip
+        least = "n/a" if not kappas else (
+            "identical" if all(p == 1.0 for p, _ in kappas)
+            else f"{min(k for p, k in kappas if p < 1.0):.2f}"
+        )  # fmt: skip
+        per_config: dict[str, list[int]] = {}
+        for r in mode:
+            per_config.setdefault(label[id(r)], []).append(r.seed)
+        counts = ", ".join(
+            f"{cfg}: {len(seeds)} ({', '.join(map(str, sorted(seeds)))})"
+            for cfg, seeds in per_config.items()
+        )
+        lines.append(f"| {n} | {len(mode)} | {span} | {counts} | {least} |")
+    return [*lines, ""]
 
 
 def _paired_table(

@@ -538,3 +538,41 @@ def test_runs_that_stop_at_different_steps_keep_their_final_evaluation(tmp_path)
     ]
     steps = [p[0] for p in _plot_data(group_runs(shared), 0.95, 0)["accuracy"]["all runs"]]
     assert steps == [0.0, 9.0]  # step 5 is one run's only
+
+
+def test_modes_group_seeds_that_ended_at_the_same_answers(sweep, tmp_path, monkeypatch):
+    """``--modes KAPPA``: runs of any config whose final outcomes agree problem by problem
+    (each fake run gets its first ``final * 10`` problems right) form one mode."""
+    page = build_report(ReportOptions((str(sweep),), modes=0.9)).markdown
+    table = page.split("## Where the seeds ended")[1].split("## Runs")[0]
+    rows = [_cells(row) for row in table.splitlines() if row.startswith("| ") and "---" not in row]
+    # quality 0.5/0.6/0.7 and none 0.4/0.6/0.5 (seeds 0-2): the two runs at 0.6 and the two
+    # at 0.5 are identical; 0.7 against 0.6 agrees on 9 of 10, p_e = 0.42 + 0.12 = 0.54,
+    # kappa = (0.9 - 0.54) / 0.46 = 0.78 < 0.9, so 0.7 and 0.4 stand alone
+    assert rows[1:] == [
+        ["1", "1", "70.0", "env.credit=quality: 1 (2)", "n/a"],
+        ["2", "2", "60.0", "env.credit=none: 1 (1), env.credit=quality: 1 (1)", "identical"],
+        ["3", "2", "50.0", "env.credit=none: 1 (2), env.credit=quality: 1 (0)", "identical"],
+        ["4", "1", "40.0", "env.credit=none: 1 (0)", "n/a"],
+    ]
+    # at 0.75 every neighbour links (0.4-0.5 and 0.5-0.6: kappa (0.9 - 0.5) / 0.5 = 0.8):
+    # one mode; its least kappa, 0.4 against 0.7: p_o 0.7, p_e 0.28 + 0.18 = 0.46 -> 0.44
+    page = build_report(ReportOptions((str(sweep),), modes=0.75)).markdown
+    both = "env.credit=none: 3 (0, 1, 2), env.credit=quality: 3 (0, 1, 2)"
+    assert f"| 1 | 6 | 40.0-70.0 | {both} | 0.44 |" in page
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=f"--modes must be a kappa in \\(0, 1\\], got {bad}"):
+            build_report(ReportOptions((str(sweep),), modes=bad))
+    # recorded in the page, so --check regenerates the table
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "sweep", "--modes", "0.9", "--no-plots", "--out", "page.md"]) == 0
+    assert '"modes": 0.9' in Path("page.md").read_text().splitlines()[0]
+    assert check_report("page.md") == []
+    # avg@k scores are not 0/1 outcomes: refused, naming the run
+    run = fake_run(tmp_path / "k2", "k2", 0, "none", 0.5)
+    records = [{"task": {"id": t, "answer": a}, "outcome": float(i % 2), "turns": [{}, {}]}
+               for i, (t, a) in enumerate(PROBLEMS) for _ in range(2)]  # fmt: skip
+    records[0]["outcome"] = 1.0  # problem 0: right once of twice -> 0.5
+    (run / "eval" / "step_000002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError, match=r"k2: problem 'arithmetic/test/L1/0' scores 0.5; modes"):
+        build_report(ReportOptions((str(tmp_path / "k2"),), modes=0.9))

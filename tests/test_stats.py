@@ -287,6 +287,26 @@ def test_a_task_with_one_run_is_held_fixed_in_the_stratified_bootstrap():
     assert (poi.mean, poi.low, poi.high) == (1.0, 1.0, 1.0)
 
 
+def test_cohen_kappa_by_hand():
+    from marti_env.stats import cohen_kappa
+
+    def runs(bits: str) -> dict[str, float]:
+        return {f"p{i}": float(c) for i, c in enumerate(bits)}
+
+    assert cohen_kappa(runs("1100"), runs("1010")) == (0.5, 0.0)  # p_e = 1/2
+    assert cohen_kappa(runs("1100"), runs("1100")) == (1.0, 1.0)
+    assert cohen_kappa(runs("1100"), runs("0011")) == (0.0, -1.0)
+    # p_a = 3/4, p_b = 1/4: p_e = 3/16 + 3/16 = 3/8, kappa = (1/2 - 3/8) / (5/8) = 1/5
+    p_o, kappa = cohen_kappa(runs("1110"), runs("1000"))
+    assert p_o == 0.5 and kappa == pytest.approx(0.2)
+    p_o, kappa = cohen_kappa(runs("1111"), runs("1111"))  # nothing beyond chance to agree on
+    assert p_o == 1.0 and math.isnan(kappa)
+    with pytest.raises(ValueError, match="same problems"):
+        cohen_kappa(runs("11"), runs("111"))
+    with pytest.raises(ValueError, match=r"b\['p1'\] = 0.5"):
+        cohen_kappa(runs("11"), {"p0": 1.0, "p1": 0.5})
+
+
 def test_mcnemar_exact_by_hand():
     from marti_env.stats import mcnemar_exact
 

@@ -5,6 +5,7 @@ Examples::
     marti report runs/sweep__quickstart --out docs/results.md
     marti report runs/sweep__quickstart --baseline algorithm.group_by=agent --min-effect 0.02
     marti report runs/sweeps/suite --versus exp_name=135m_single_none   # across config files
+    marti report runs/credit_llm_gate/runs --versus exp_name=none --modes 0.9  # where seeds ended
     marti report runs/sweep__quickstart --summary-into README.md   # tables into its README block
     marti report --check docs/results.md       # still what its cited run files give?
     marti report --update docs/results.md      # rewrite it with its own arguments (new runs)
@@ -29,6 +30,7 @@ __all__ = ["add_report_parser", "run_report"]
 PAGE_OPTIONS = {
     "out": "docs/results.md", "baseline": None, "versus": None, "min_effect": 0.0,
     "confidence": 0.95, "seed": 0, "title": "Results", "summary_into": None, "note": None,
+    "modes": None,
 }  # fmt: skip
 """What a page is written with (the defaults): recorded in the page, so ``--check`` and
 ``--update`` take none of them."""
@@ -69,6 +71,11 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument(
         "--note",
         help="a paragraph under the heading: what the figures do not show",
+    )  # fmt: skip
+    parser.add_argument(
+        "--modes", type=float, metavar="KAPPA",
+        help="add a table of where the seeds ended: runs whose final per-problem outcomes "
+        "agree with Cohen's kappa >= KAPPA (e.g. 0.9) grouped into one mode",
     )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
     parser.add_argument(
@@ -143,7 +150,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise ValueError("give at least one run or sweep folder (or --check PAGE)")
     opts = ReportOptions(
         tuple(args.paths), args.baseline, args.min_effect, args.confidence, args.seed,
-        args.title, args.summary_into, args.note, tuple(args.versus or ()),
+        args.title, args.summary_into, args.note, tuple(args.versus or ()), args.modes,
     )  # fmt: skip
     paths = write_report(opts, args.out, plots=not args.no_plots)
     print("wrote " + ", ".join(str(p) for p in paths))
