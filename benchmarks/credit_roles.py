@@ -15,7 +15,9 @@ own job with its env's rules:
   panel (``num_verifiers`` K > 1) every verifier's decision counts, so the decision
   columns are shares of the ``K x problems`` decisions.
 * ``signal-v0`` (:func:`signal_counts`): a speaker does its job by naming the target (its
-  turn scores 1); the listener by picking it, which the team outcome says. Split by
+  message, the first token of its boxed answer, is the target: what the listener sees,
+  :func:`marti_env.workflows.signal.message_of`); the listener by picking it, which the
+  team outcome says. Split by
   whether a speaker named the target: a listener that reads the message is right when
   one did, and right 1 in K (the candidates) by guessing when none did; and the share
   of problems where the listener boxed a speaker's message, right or wrong.
@@ -54,11 +56,11 @@ from marti_env.workflows.split_sum import local_correct, parse_int
 
 
 def _episodes(records: list[dict[str, Any]], workflow: Workflow, where: str):
-    """``(task, {agent: turn}, {agent: answer}, outcome)`` per record, checking that each
-    record has one turn by each of the workflow's agents, with an answer field."""
+    """``(task, {agent: score}, {agent: answer}, outcome)`` per record, checking that each
+    record has one turn by each of the workflow's agents, with answer and score fields."""
     for line, rec in enumerate(records, 1):
         try:
-            turns = {t["agent"]: t for t in rec["turns"]}
+            turns = {t["agent"]: float(t["score"]) for t in rec["turns"]}
             answers = {t["agent"]: t["answer"] for t in rec["turns"]}  # None: boxed nothing
             task = Task(**{k: rec["task"][k] for k in ("id", "prompt", "answer", "source")})
         except KeyError as e:
@@ -78,7 +80,7 @@ def split_sum_counts(records: list[dict[str, Any]], workflow: Any, where: str) -
 
     Raises:
         ValueError: a record without one turn by each agent, or a turn without an
-            ``answer`` field (naming ``where:line``).
+            ``answer`` or ``score`` field (naming ``where:line``).
     """
     out: dict[str, Any] = {
         r: {"pairs": 0, "local": 0, "boxed": 0} for r in ("solver", "distractor")
@@ -107,8 +109,8 @@ def gate_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dic
                            for d in ("accept", "reject", "none")}  # fmt: skip
     out["problems"], out["team"] = len(records), 0
     out["decisions"] = len(records) * len(workflow.verifiers)
-    for _, turns, answers, outcome in _episodes(records, workflow, where):
-        right = float(turns[GENERATOR]["score"]) == 1.0
+    for _, scores, answers, outcome in _episodes(records, workflow, where):
+        right = scores[GENERATOR] == 1.0
         for verifier in workflow.verifiers:
             said = decision(answers[verifier])
             out[f"{'right' if right else 'wrong'}_{(said or 'none').lower()}"] += 1
@@ -117,9 +119,10 @@ def gate_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dic
 
 
 def signal_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> dict[str, Any]:
-    """Speakers' turns that named the target (scored 1) over ``pairs`` (speakers x
-    problems); the problems where some speaker named it (``named_problems``) and how many of
-    those and of the rest the team got right (``right_named``, ``right_other``); the
+    """Speakers whose message (:func:`~marti_env.workflows.signal.message_of` of the boxed
+    answer: what the listener is shown) is the target, over ``pairs`` (speakers x
+    problems); the problems where some speaker named it (``named_problems``) and how many
+    of those and of the rest the team got right (``right_named``, ``right_other``); the
     problems where the listener boxed one of the speakers' messages (``copied``); and the
     problems whose team outcome is 1.
 
@@ -130,8 +133,11 @@ def signal_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> d
         ("named", "named_problems", "right_named", "right_other", "copied", "team"), 0
     )
     out["problems"], out["pairs"] = len(records), len(records) * len(workflow.speakers)
-    for _, turns, answers, outcome in _episodes(records, workflow, where):
-        named = [float(turns[s]["score"]) == 1.0 for s in workflow.speakers]
+    for task, _, answers, outcome in _episodes(records, workflow, where):
+        named = [
+            answers[s] is not None and message_of(answers[s]) == task.answer
+            for s in workflow.speakers
+        ]
         right = int(outcome == 1.0)
         out["named"] += sum(named)
         out["named_problems"] += int(any(named))

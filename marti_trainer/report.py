@@ -1133,16 +1133,15 @@ def _mean_band(values: list[float], conf: float, seed: int) -> tuple[float, floa
 
 def _aligned_evals(runs: Sequence[RunRecord]) -> list[list[tuple[int, float]]]:
     """The evaluations of a group's runs that go together, each as every run's (step,
-    accuracy): those at a step every run evaluated; or, when the runs evaluated at
-    different steps the same number of times (a ``total_tokens`` budget stops each seed at
-    its own step), the i-th evaluation of each run, so the final one is kept."""
-    steps = [[s for s, _ in r.evals] for r in runs]
+    accuracy): those at a step every run evaluated before any run's last evaluation, then
+    every run's last evaluation (a ``total_tokens`` budget stops each seed at its own step,
+    so the final evaluations pair with one another, not with another seed's mid-run one)."""
     if not runs:
         return []
-    if len({tuple(x) for x in steps}) > 1 and len({len(x) for x in steps}) == 1:
-        return [[r.evals[i] for r in runs] for i in range(len(runs[0].evals))]
-    common = sorted(set.intersection(*[set(x) for x in steps]))
-    return [[(x, dict(r.evals)[x]) for r in runs] for x in common]
+    last = min(r.evals[-1][0] for r in runs)
+    common = sorted(set.intersection(*[{s for s, _ in r.evals} for r in runs]))
+    rows = [[(x, dict(r.evals)[x]) for r in runs] for x in common if x < last]
+    return [*rows, [r.evals[-1] for r in runs]]
 
 
 def _plot_data(groups: Sequence[Group], conf: float, seed: int) -> dict[str, Any]:

@@ -327,7 +327,15 @@ def train(
     """
     given = (cfg.optim.precision, cfg.rollout.dtype)
     if resume is not None:  # keep the precision the run was started with
-        cfg = keep_resumed(cfg, _saved_config(Path(resume)))
+        saved = _saved_config(Path(resume))
+        cfg = keep_resumed(cfg, saved)
+        if saved and saved.get("total_tokens") is not None and cfg.total_tokens is None:
+            print(
+                f"warning: the resumed run had total_tokens {saved['total_tokens']} and this "
+                f"config has none: it trains on to total_steps {cfg.total_steps} (pass "
+                f"total_tokens={saved['total_tokens']} to keep the budget)",
+                file=sys.stderr,
+            )
     kept = (cfg.optim.precision, cfg.rollout.dtype) != given
     cfg, precision = resolve_config(cfg, precision_device(cfg))
     if kept:  # set by keep_resumed, not by the user (the warning, if any, still holds)
@@ -366,15 +374,20 @@ def train(
         _fresh_start(run_dir)
     # the token budget's count so far (the steps before a resumed run's checkpoint), checked
     # before the run's files are rewritten
-    spent = training_tokens(read_metrics(run_dir), start) if cfg.total_tokens and start else 0.0
-    # a run resumed from the checkpoint of the step that met its budget has no step left
-    end = start if cfg.total_tokens is not None and spent >= cfg.total_tokens else cfg.total_steps
-    if cfg.total_tokens is not None and end == start and start > 0:
-        try:
-            _check_budget_met_at(read_metrics(run_dir), start, cfg)
-        except ValueError:
-            team.close()
-            raise
+    spent, met = 0.0, False
+    try:
+        if cfg.total_tokens is not None and start > 0:
+            history = read_metrics(run_dir)
+            spent = training_tokens(history, start)
+            # a run resumed from the checkpoint of the step that met its budget has no step
+            # left; it must be the run that met it there
+            met = spent >= cfg.total_tokens
+            if met:
+                _check_budget_met_at(history, start, cfg)
+    except ValueError:
+        team.close()
+        raise
+    end = start if met else cfg.total_steps
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     _write_run_metadata(

@@ -80,6 +80,10 @@ def test_bad_runs_and_records_are_named(tmp_path):
     del no_answer["turns"][0]["answer"]
     with pytest.raises(ValueError, match=r"step_000015.jsonl:1: no 'answer' field"):
         roles.collect([_run(tmp_path / "c", [no_answer])])
+    no_score = _record(ok, 0.0)
+    del no_score["turns"][1]["score"]
+    with pytest.raises(ValueError, match=r"step_000015.jsonl:1: no 'score' field"):
+        roles.collect([_run(tmp_path / "e", [no_score])])
 
 
 def test_gate_scores_the_verifier_against_the_proposals(tmp_path):
@@ -171,12 +175,14 @@ def test_signal_counts_speakers_that_named_the_target_and_a_listener_that_read_t
         _record({s: None, li: "47"}, 1.0),  # no message, a lucky guess
         _record({s: "53 it is", li: "40"}, 0.0, {s: 1.0}),  # named, ignored
         _record({s: None, li: None}, 0.0),
+        # boxed the target, but the message the listener sees is its first token, "it"
+        _record({s: "it is 53", li: "40"}, 0.0, {s: 1.0}),
     ]
     data = roles.collect([_run(tmp_path, records, kwargs={}, env_id="signal-v0")])
     counts = data["runs"][0]["steps"]["15"]
     assert counts == {"named": 2, "named_problems": 2, "right_named": 1, "right_other": 1,
-                      "copied": 2, "team": 2, "problems": 5, "pairs": 5}  # fmt: skip
-    # team 2/5; named 2/5; right where named 1/2; elsewhere 1/3; copied 2/5
+                      "copied": 2, "team": 2, "problems": 6, "pairs": 6}  # fmt: skip
+    # team 2/6; named 2/6; right where named 1/2; elsewhere 1/4; copied 2/6
     assert roles.render(data).splitlines()[-1] == (
-        "| none | 3 | 15 | 40.0 | 40.0 | 50.0 | 33.3 | 40.0 |"
+        "| none | 3 | 15 | 33.3 | 33.3 | 50.0 | 25.0 | 33.3 |"
     )

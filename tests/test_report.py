@@ -516,8 +516,8 @@ def test_a_setting_added_later_groups_a_config_saved_before_it(tmp_path):
 
 def test_runs_that_stop_at_different_steps_keep_their_final_evaluation(tmp_path):
     """A token budget stops each seed at its own step: the accuracy curve pairs the seeds'
-    i-th evaluations (x: their mean step), so the final one is not dropped; runs that share
-    their steps pair at each step they all have."""
+    last evaluations (x: their mean step), so the final one is not dropped, and the others
+    at each step they all have before any seed's last."""
     from marti_trainer.report import RunRecord, _plot_data, group_runs
 
     config = {"seed": 0, "exp_name": "x", "total_tokens": 900}
@@ -538,6 +538,17 @@ def test_runs_that_stop_at_different_steps_keep_their_final_evaluation(tmp_path)
     ]
     steps = [p[0] for p in _plot_data(group_runs(shared), 0.95, 0)["accuracy"]["all runs"]]
     assert steps == [0.0, 9.0]  # step 5 is one run's only
+    # evaluations every 5 steps, seeds stopped at 10 and 12: the final ones pair (x = 11),
+    # not seed e's final with seed f's mid-run evaluation at step 10
+    periodic = [
+        RunRecord(tmp_path / "e", 0, dict(config), True, evals=[(0, 0.2), (5, 0.3), (10, 0.4)]),
+        RunRecord(tmp_path / "f", 1, {**config, "seed": 1}, True,
+                  evals=[(0, 0.2), (5, 0.5), (10, 0.6), (12, 0.8)]),
+    ]  # fmt: skip
+    points = _plot_data(group_runs(periodic), 0.95, 0)["accuracy"]["all runs"]
+    assert [p[:2] for p in points] == [
+        (0.0, 0.2), (5.0, pytest.approx(0.4)), (11.0, pytest.approx(0.6))
+    ]  # fmt: skip
 
 
 def test_modes_group_seeds_that_ended_at_the_same_answers(sweep, tmp_path, monkeypatch):

@@ -165,7 +165,9 @@ def test_training_tokens_by_hand():
         training_tokens(history, 3)
 
 
-def test_token_budget_stops_at_the_step_that_reaches_it_and_resumes_there(tiny_dir, tmp_path):
+def test_token_budget_stops_at_the_step_that_reaches_it_and_resumes_there(
+    tiny_dir, tmp_path, capfd
+):
     full = train(tiny_config(tiny_dir, tmp_path, total_steps=5, run_name="full"))
     spent = [step_tokens(h) for h in full.history]
     assert len(spent) == 5 and min(spent) >= 1
@@ -204,6 +206,16 @@ def test_token_budget_stops_at_the_step_that_reaches_it_and_resumes_there(tiny_d
         with pytest.raises(ValueError, match=f"total_tokens {lowered}: .*met {when}"):
             train(replace(short, total_tokens=lowered), resume=tmp_path / "short")
     assert (tmp_path / "short" / "config.yaml").read_text() == saved
+    # a run that ends at total_steps with its budget unspent is not refused as if it had met it
+    unspent = replace(cfg, run_name="unspent", total_tokens=10**9)
+    train(unspent, stop_at_step=2)
+    assert train(replace(unspent, total_steps=2), resume=tmp_path / "unspent").last_step == 2
+    # a budget dropped on resume trains on to total_steps, and says so
+    train(replace(short, total_tokens=None), resume=tmp_path / "short")
+    assert f"the resumed run had total_tokens {budget} and this config has none" in (
+        capfd.readouterr().err
+    )
+    assert [h["step"] for h in read_metrics(tmp_path / "short")] == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize(
