@@ -30,8 +30,14 @@ Collect from run folders (all of one env), then render::
 
 ``collect`` reads each run's ``config.yaml`` (its method label ``exp_name``, seed and the
 env's kwargs) and keeps small counts only; ``render`` prints one markdown row per (method,
-seed, step). ``collect --merge`` adds the runs to an existing file, replacing those of the
-same name and keeping the rest: the evaluation records stay on the machine that ran them
+seed, step); ``paired`` compares each method's roles with ``none``'s at the final step,
+seed by seed, with :func:`marti_env.stats.paired_difference` (what the team outcome hides:
+a role that learned under one method while the team's answer did not change)::
+
+    python benchmarks/credit_roles.py paired docs/results/credit_llm_gate_roles.json
+
+``collect --merge`` adds the runs to an existing file, replacing those of the same name
+and keeping the rest: the evaluation records stay on the machine that ran them
 (``runs/`` is not committed), so ``benchmarks/run_llm_credit.sh`` merges each seed's counts
 into the committed file as the seed finishes, and a fresh clone's seeds add to it.
 """
@@ -48,6 +54,7 @@ from typing import Any
 
 import yaml
 
+from marti_env.stats import paired_difference
 from marti_env.tasks.task import Task
 from marti_env.workflows.base import Workflow
 from marti_env.workflows.gate import GENERATOR, balanced_accuracy, decision
@@ -285,6 +292,73 @@ COLUMNS = {
 }
 
 
+def _gate_metrics(c: dict[str, Any]) -> dict[str, float]:
+    right = sum(c[f"right_{d}"] for d in ("accept", "reject", "none"))
+    n = c.get("decisions", c["problems"])
+    labels = [True] * right + [False] * (n - right)
+    accepted = [d != "reject" for p in ("right", "wrong") for d in ("accept", "reject", "none")
+                for _ in range(c[f"{p}_{d}"])]  # fmt: skip
+    return {
+        "generator right": right / n,
+        "verifier REJECT": (c["right_reject"] + c["wrong_reject"]) / n,
+        "balanced accuracy": balanced_accuracy(labels, accepted) if n else float("nan"),
+    }
+
+
+METRICS: dict[str, Callable[[dict[str, Any]], dict[str, float]]] = {
+    "split-sum-v0": lambda c: {
+        "solvers: own part boxed": c["solver"]["local"] / c["solver"]["pairs"],
+        "distractors: 0 or nothing": c["distractor"]["local"] / c["distractor"]["pairs"],
+    },
+    "gate-v0": _gate_metrics,
+    "signal-v0": lambda c: {
+        "speaker named the target": c["named"] / c["pairs"],
+        "listener boxed the message": c["copied"] / c["problems"],
+    },
+}
+"""Per env, the role shares (0-1) that ``paired`` compares across methods."""
+
+
+def paired(data: dict[str, Any], baseline: str = "none", confidence: float = 0.95) -> str:
+    """A markdown table: for each method other than ``baseline``, each role share of
+    :data:`METRICS` and the team outcome at each run's last evaluated step, minus
+    ``baseline``'s on the same seed (the seeds both have), in points, with its CI,
+    wins/ties/losses and verdict (:func:`marti_env.stats.paired_difference`).
+
+    Raises:
+        ValueError: no run of ``baseline``, or a method with no seed in common with it.
+    """
+    last: dict[str, dict[int, dict[str, float]]] = {}
+    for run in data["runs"]:
+        step = max(run["steps"], key=int)
+        c = run["steps"][step]
+        values = {"team outcome 1": c["team"] / c["problems"], **METRICS[data["env_id"]](c)}
+        last.setdefault(run["method"], {})[int(run["seed"])] = values
+    if baseline not in last:
+        raise ValueError(f"no run of the baseline {baseline!r}; methods: {sorted(last)}")
+    level = f"{100 * confidence:g}%"
+    lines = [
+        f"| role share | method | baseline | pairs | difference [{level} CI] | W/T/L | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method in sorted(m for m in last if m != baseline):
+        seeds = sorted(set(last[method]) & set(last[baseline]))
+        if not seeds:
+            raise ValueError(f"{method!r} and {baseline!r} share no seed")
+        for metric in last[method][seeds[0]]:
+            d = paired_difference(
+                {s: last[method][s][metric] for s in seeds},
+                {s: last[baseline][s][metric] for s in seeds},
+                confidence, labels=(method, baseline),
+            )  # fmt: skip
+            lines.append(
+                f"| {metric} | {method} | {baseline} | {len(seeds)} | "
+                f"{d.difference.format(1, 100, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
+                f"{d.verdict} |"
+            )
+    return "\n".join(lines)
+
+
 def render(data: dict[str, Any]) -> str:
     """A markdown table: per run and evaluated step, the percent of problems with team
     outcome 1 (the held-out accuracy), then the env's per-role columns, in percent."""
@@ -313,12 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     r = sub.add_parser("render", help="print the markdown table of a collected file")
     r.add_argument("path", type=Path)
+    p = sub.add_parser("paired", help="each method's final role shares minus the baseline's")
+    p.add_argument("path", type=Path)
+    p.add_argument("--baseline", default="none", help="the method compared against (none)")
     args = parser.parse_args(argv)
     if args.cmd == "collect":
         data = collect(args.runs)
         if args.merge and args.out.is_file():
             data = merge(json.loads(args.out.read_text(encoding="utf-8")), data, str(args.out))
         args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    elif args.cmd == "paired":
+        print(paired(json.loads(args.path.read_text(encoding="utf-8")), args.baseline))
     else:
         print(render(json.loads(args.path.read_text(encoding="utf-8"))))
     return 0

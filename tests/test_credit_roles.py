@@ -186,3 +186,60 @@ def test_signal_counts_speakers_that_named_the_target_and_a_listener_that_read_t
     assert roles.render(data).splitlines()[-1] == (
         "| none | 3 | 15 | 33.3 | 33.3 | 50.0 | 25.0 | 33.3 |"
     )
+
+
+def test_paired_compares_each_role_at_the_last_step_seed_by_seed():
+    from marti_env.stats import paired_difference
+
+    def run(method, seed, solver, distractor, team):
+        final = {"solver": {"pairs": 10, "local": solver, "boxed": 10},
+                 "distractor": {"pairs": 10, "local": distractor, "boxed": 0},
+                 "problems": 5, "team": team}  # fmt: skip
+        start = {**final, "team": 0}  # step 0 is not the one compared
+        return {"run": f"{method}{seed}", "method": method, "seed": seed,
+                "steps": {"0": start, "15": final}}  # fmt: skip
+
+    data = {"env_id": "split-sum-v0", "runs": [
+        run("none", 0, 5, 5, 1), run("none", 1, 5, 4, 2), run("none", 2, 9, 9, 5),
+        run("shapley", 0, 8, 5, 2), run("shapley", 1, 6, 4, 2),
+    ]}  # fmt: skip
+    rows = {line.split(" | ")[0][2:]: line for line in roles.paired(data).splitlines()[2:]}
+    # solvers: 0.8 - 0.5 and 0.6 - 0.5 on seeds 0 and 1 (seed 2 has no shapley run): +20.0
+    expected = paired_difference({0: 0.8, 1: 0.6}, {0: 0.5, 1: 0.5}, labels=("shapley", "none"))
+    assert rows["solvers: own part boxed"] == (
+        f"| solvers: own part boxed | shapley | none | 2 | "
+        f"{expected.difference.format(1, 100, signed=True)} | 2/0/0 | {expected.verdict} |"
+    )
+    assert expected.difference.format(1, 100, signed=True).startswith("+20.0 [")
+    assert (
+        "| distractors: 0 or nothing | shapley | none | 2 | +0.0 ["
+        in rows["distractors: 0 or nothing"]
+        and "| 0/2/0 |" in rows["distractors: 0 or nothing"]
+    )
+    # team: 2/5 - 1/5 and 2/5 - 2/5: +10.0 points, 1 win and 1 tie
+    assert "| 2 | +10.0 [" in rows["team outcome 1"] and "| 1/1/0 |" in rows["team outcome 1"]
+    with pytest.raises(ValueError, match=r"no run of the baseline 'random'"):
+        roles.paired(data, baseline="random")
+    data["runs"].append(run("oracle", 7, 1, 1, 1))
+    with pytest.raises(ValueError, match=r"'oracle' and 'none' share no seed"):
+        roles.paired(data)
+
+
+def test_the_role_tables_in_the_docs_are_generated_from_the_committed_counts():
+    """Every ``<!-- generated: python benchmarks/credit_roles.py CMD FILE -->`` block of
+    docs/credit.md is what CMD prints for FILE now (no per-role figure typed by hand)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "credit.md").read_text(encoding="utf-8")
+    blocks = re.findall(
+        r"<!-- generated: python benchmarks/credit_roles.py (render|paired) (\S+) -->\n"
+        r"(.*?)\n<!-- end generated -->",
+        text,
+        re.S,
+    )
+    assert len(blocks) >= 4
+    for cmd, path, body in blocks:
+        data = json.loads((root / path).read_text(encoding="utf-8"))
+        assert body == getattr(roles, cmd)(data), f"docs/credit.md: the {cmd} {path} block"
