@@ -141,8 +141,11 @@ def signal_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> d
     )
     out["problems"], out["pairs"] = len(records), len(records) * len(workflow.speakers)
     for task, _, answers, outcome in _episodes(records, workflow, where):
+        target = parse_int(task.answer)  # "+53" and "53" name the same candidate
         named = [
-            answers[s] is not None and message_of(answers[s]) == task.answer
+            target is not None
+            and answers[s] is not None
+            and parse_int(message_of(answers[s])) == target
             for s in workflow.speakers
         ]
         right = int(outcome == 1.0)

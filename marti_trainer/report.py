@@ -831,11 +831,24 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
     return Report("\n".join(lines) + "\n", summary, groups, unfinished, plots)
 
 
+NEAR_IDENTICAL = 0.01
+"""Runs whose final outcomes differ on at most this share of the problems are taken to end
+at one policy whatever kappa says: near 0% or 100% accuracy chance alone agrees almost
+everywhere, so kappa is near 0 (or undefined) even for runs that differ on one problem."""
+
+
+def _same_problems(a: RunRecord, b: RunRecord) -> bool:
+    return a.problems.keys() == b.problems.keys() and (
+        a.answers is None or b.answers is None or a.answers == b.answers
+    )
+
+
 def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRecord]]:
     """Runs grouped by where they ended: two runs are linked when their final 0/1 outcomes
-    on the same held-out problems agree with Cohen's kappa >= ``min_kappa``
-    (:func:`marti_env.stats.cohen_kappa`; identical outcomes always link, even where kappa
-    is undefined), and a mode is a connected set of linked runs (single linkage). Runs on
+    on the same held-out problems (task ids and reference answers) agree with Cohen's kappa
+    >= ``min_kappa`` (:func:`marti_env.stats.cohen_kappa`) or differ on at most
+    :data:`NEAR_IDENTICAL` of the problems; a mode is the runs joined through links (single
+    linkage: two runs of a mode may agree less than ``min_kappa`` through a third). Runs on
     different problem sets are never linked. Modes come highest mean final accuracy first,
     runs in the order given.
 
@@ -844,7 +857,7 @@ def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRe
             (``eval.samples`` > 1), naming it.
     """
     for r in runs:
-        if r.problems is None:
+        if not r.problems:
             raise ValueError(f"{_display(r.path)}: no per-problem outcomes to compare")
         bad = next((k for k, v in r.problems.items() if v not in (0.0, 1.0)), None)
         if bad is not None:
@@ -862,10 +875,10 @@ def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRe
     for i, a in enumerate(runs):
         for j in range(i + 1, len(runs)):
             b = runs[j]
-            if set(a.problems) != set(b.problems):
+            if not _same_problems(a, b):
                 continue
             p_o, kappa = cohen_kappa(a.problems, b.problems)
-            if p_o == 1.0 or kappa >= min_kappa:
+            if 1.0 - p_o <= NEAR_IDENTICAL or kappa >= min_kappa:
                 parent[root(j)] = root(i)
     modes: dict[int, list[RunRecord]] = {}
     for i, r in enumerate(runs):
@@ -874,33 +887,43 @@ def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRe
 
 
 def _modes_table(groups: Sequence[Group], min_kappa: float) -> list[str]:
-    """The "Where the seeds ended" section: one row per mode of :func:`answer_modes`."""
+    """The "Where the seeds ended" section: one row per mode of :func:`answer_modes`; runs
+    without per-problem outcomes of their final evaluation are named under it."""
     label = {id(r): g.label for g in groups for r in g.runs}
-    runs = [r for g in groups for r in g.runs]
+    runs = [r for g in groups for r in g.runs if r.problems]
+    left_out = [r for g in groups for r in g.runs if not r.problems]
     lines = [
         "## Where the seeds ended",
         "",
         "Runs whose final held-out outcomes agree problem by problem ended at the same "
-        f"policy, whatever their config: linked when Cohen's kappa >= {min_kappa:g} (0 is "
-        "what two unrelated runs of those accuracies agree by chance, 1 identical outcomes), "
-        "a mode being the runs linked to one another. A paired difference between configs "
-        "that comes from how many of their seeds reach each mode is a difference in those "
-        "counts.",
+        f"policy, whatever their config: two runs are linked when Cohen's kappa >= "
+        f"{min_kappa:g} (0 is what two unrelated runs of those accuracies agree by chance, 1 "
+        f"identical outcomes) or they differ on at most {100 * NEAR_IDENTICAL:g}% of the "
+        "problems (near 0% or 100% accuracy chance alone agrees almost everywhere), and a "
+        "mode is the runs joined through links, so two runs of a mode may agree less than "
+        "that through a third (the last column). A paired difference between configs that "
+        "comes from how many of their seeds reach each mode is a difference in those counts.",
         "",
-        "| mode | runs | final accuracy | seeds per config | least kappa within |",
+        "| mode | runs | final accuracy | seeds per config | least agreement within: "
+        "problems, kappa |",
         "|---|---|---|---|---|",
     ]
     for n, mode in enumerate(answer_modes(runs, min_kappa), 1):
         accs = [100 * r.final_accuracy for r in mode]
         span = f"{min(accs):.1f}" + ("" if min(accs) == max(accs) else f"-{max(accs):.1f}")
-        kappas = [
+        pairs = [
             cohen_kappa(a.problems, b.problems)
             for i, a in enumerate(mode) for b in mode[i + 1 :]
         ]  # fmt: skip
-        least = "n/a" if not kappas else (
-            "identical" if all(p == 1.0 for p, _ in kappas)
-            else f"{min(k for p, k in kappas if p < 1.0):.2f}"
-        )  # fmt: skip
+        if not pairs:
+            least = "n/a"
+        elif all(p == 1.0 for p, _ in pairs):
+            least = "identical"
+        else:
+            kappas = [k for p, k in pairs if p < 1.0 and not np.isnan(k)]
+            least = f"{100 * min(p for p, _ in pairs):.1f}%, " + (
+                f"{round(min(kappas), 2) + 0.0:.2f}" if kappas else "n/a"  # no "-0.00"
+            )
         per_config: dict[str, list[int]] = {}
         for r in mode:
             per_config.setdefault(label[id(r)], []).append(r.seed)
@@ -909,6 +932,9 @@ def _modes_table(groups: Sequence[Group], min_kappa: float) -> list[str]:
             for cfg, seeds in per_config.items()
         )
         lines.append(f"| {n} | {len(mode)} | {span} | {counts} | {least} |")
+    if left_out:
+        lines += ["", "Not in the table (no per-problem outcomes of the final evaluation):", ""]
+        lines += [f"- `{_display(r.path)}`" for r in left_out]
     return [*lines, ""]
 
 

@@ -173,7 +173,7 @@ def test_signal_counts_speakers_that_named_the_target_and_a_listener_that_read_t
         _record({s: "53", li: "53"}, 1.0, {s: 1.0}),  # named, read: right, copied
         _record({s: "50", li: "50"}, 0.0),  # a wrong message, copied
         _record({s: None, li: "47"}, 1.0),  # no message, a lucky guess
-        _record({s: "53 it is", li: "40"}, 0.0, {s: 1.0}),  # named, ignored
+        _record({s: "+53 it is", li: "40"}, 0.0, {s: 1.0}),  # named (as an integer), ignored
         _record({s: None, li: None}, 0.0),
         # boxed the target, but the message the listener sees is its first token, "it"
         _record({s: "it is 53", li: "40"}, 0.0, {s: 1.0}),

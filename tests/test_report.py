@@ -570,7 +570,7 @@ def test_modes_group_seeds_that_ended_at_the_same_answers(sweep, tmp_path, monke
     # one mode; its least kappa, 0.4 against 0.7: p_o 0.7, p_e 0.28 + 0.18 = 0.46 -> 0.44
     page = build_report(ReportOptions((str(sweep),), modes=0.75)).markdown
     both = "env.credit=none: 3 (0, 1, 2), env.credit=quality: 3 (0, 1, 2)"
-    assert f"| 1 | 6 | 40.0-70.0 | {both} | 0.44 |" in page
+    assert f"| 1 | 6 | 40.0-70.0 | {both} | 70.0%, 0.44 |" in page
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match=f"--modes must be a kappa in \\(0, 1\\], got {bad}"):
             build_report(ReportOptions((str(sweep),), modes=bad))
@@ -587,3 +587,26 @@ def test_modes_group_seeds_that_ended_at_the_same_answers(sweep, tmp_path, monke
     (run / "eval" / "step_000002.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(ValueError, match=r"k2: problem 'arithmetic/test/L1/0' scores 0.5; modes"):
         build_report(ReportOptions((str(tmp_path / "k2"),), modes=0.9))
+
+
+def test_modes_join_runs_at_the_floor_and_leave_out_runs_without_outcomes(tmp_path):
+    """Near 0% accuracy kappa is ~0 even for runs that differ on one problem: runs that
+    differ on at most 1% of the problems link anyway. A run whose final transcript is gone
+    is named under the table, and runs on other reference answers never link."""
+    problems = [(f"arithmetic/test/L1/{i}", str(i)) for i in range(200)]
+    root = tmp_path / "runs"
+    fake_run(root, "a", 0, "none", 0.0, problems=problems, eval_size=200)
+    fake_run(root, "b", 0, "quality", 0.005, problems=problems, eval_size=200)  # 1 of 200
+    fake_run(root, "c", 1, "none", 0.0, problems=problems, eval_size=200)
+    (root / "c" / "eval" / "step_000002.jsonl").unlink()
+    page = build_report(ReportOptions((str(root),), modes=0.9)).markdown
+    # a and b differ on 1 problem of 200 (0.5%): kappa (0.995 - 0.995) / 0.005 = 0
+    both = "env.credit=none: 1 (0), env.credit=quality: 1 (0)"
+    assert f"| 1 | 2 | 0.0-0.5 | {both} | 99.5%, 0.00 |" in page
+    assert page.split("## Runs")[0].rstrip().endswith("- `" + str(root / "c") + "`")
+    other = [(t, "x" + a) for t, a in problems]
+    fake_run(tmp_path / "r2", "a", 0, "none", 0.0, problems=problems, eval_size=200)
+    fake_run(tmp_path / "r2", "b", 1, "none", 0.0, problems=other, eval_size=200)
+    page = build_report(ReportOptions((str(tmp_path / "r2"),), modes=0.9)).markdown
+    assert "| 1 | 1 | 0.0 | all runs: 1 (0) | n/a |" in page
+    assert "| 2 | 1 | 0.0 | all runs: 1 (1) | n/a |" in page
