@@ -75,7 +75,8 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument(
         "--modes", type=float, metavar="KAPPA",
         help="add a table of where the seeds ended: runs whose final per-problem outcomes "
-        "agree with Cohen's kappa >= KAPPA (e.g. 0.9) grouped into one mode",
+        "agree with Cohen's kappa >= KAPPA (e.g. 0.9), or differ on at most 1%% of the "
+        "problems, joined into one mode",
     )  # fmt: skip
     parser.add_argument("--no-plots", action="store_true", help="write the markdown only")
     parser.add_argument(
