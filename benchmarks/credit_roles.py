@@ -248,15 +248,22 @@ def _split_sum_cells(c: dict[str, Any]) -> list[str]:
     ]
 
 
-def _gate_cells(c: dict[str, Any]) -> list[str]:
-    labels: list[bool] = []  # proposal right
-    accepted: list[bool] = []  # no decision lets the proposal through
+def _gate_decisions(c: dict[str, Any]) -> tuple[list[bool], list[bool], int, float]:
+    """Per decision of a gate count: whether the proposal was right, whether it went
+    through (no decision lets it through); the number of decisions; the balanced accuracy."""
+    labels: list[bool] = []
+    accepted: list[bool] = []
     for p in ("right", "wrong"):
         for d in ("accept", "reject", "none"):
             labels += [p == "right"] * c[f"{p}_{d}"]
             accepted += [d != "reject"] * c[f"{p}_{d}"]
     n = c.get("decisions", c["problems"])  # files from before panels: one verifier
     ba = balanced_accuracy(labels, accepted) if labels else float("nan")
+    return labels, accepted, n, ba
+
+
+def _gate_cells(c: dict[str, Any]) -> list[str]:
+    labels, _, n, ba = _gate_decisions(c)
     return [
         _pct(sum(labels), n),
         *(_pct(c[f"right_{d}"] + c[f"wrong_{d}"], n) for d in ("accept", "reject", "none")),
@@ -296,15 +303,11 @@ COLUMNS = {
 
 
 def _gate_metrics(c: dict[str, Any]) -> dict[str, float]:
-    right = sum(c[f"right_{d}"] for d in ("accept", "reject", "none"))
-    n = c.get("decisions", c["problems"])
-    labels = [True] * right + [False] * (n - right)
-    accepted = [d != "reject" for p in ("right", "wrong") for d in ("accept", "reject", "none")
-                for _ in range(c[f"{p}_{d}"])]  # fmt: skip
+    labels, _, n, ba = _gate_decisions(c)
     return {
-        "generator right": right / n,
+        "generator right": sum(labels) / n,
         "verifier REJECT": (c["right_reject"] + c["wrong_reject"]) / n,
-        "balanced accuracy": balanced_accuracy(labels, accepted) if n else float("nan"),
+        "balanced accuracy": ba,
     }
 
 

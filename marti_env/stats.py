@@ -464,6 +464,22 @@ def sign_flip_p_value(
     return float(min(1.0, res.pvalue))
 
 
+def _check_outcome_pair(
+    x: Mapping[str, float], y: Mapping[str, float], names: tuple[str, str]
+) -> None:
+    """Two 0/1 evaluations of the same problems, or ValueError naming what differs or the
+    first outcome that is not 0 or 1."""
+    if set(x) != set(y):
+        differ = sorted(set(x) ^ set(y))[:3]
+        raise ValueError(
+            f"{names[0]} and {names[1]} must hold the same problems; differ in {differ}"
+        )
+    for name, outcomes in zip(names, (x, y), strict=True):
+        bad = next((k for k, v in outcomes.items() if v not in (0.0, 1.0)), None)
+        if bad is not None:
+            raise ValueError(f"{name}[{bad!r}] = {outcomes[bad]!r}: outcomes must be 0 or 1")
+
+
 def mcnemar_exact(
     before: Mapping[str, float], after: Mapping[str, float]
 ) -> tuple[int, int, float]:
@@ -479,13 +495,7 @@ def mcnemar_exact(
     Raises:
         ValueError: the problem sets differ, or an outcome is not 0 or 1 (naming it).
     """
-    if set(before) != set(after):
-        missing = sorted(set(before) ^ set(after))[:3]
-        raise ValueError(f"before and after must hold the same problems; differ in {missing}")
-    for name, outcomes in (("before", before), ("after", after)):
-        bad = next((k for k, v in outcomes.items() if v not in (0.0, 1.0)), None)
-        if bad is not None:
-            raise ValueError(f"{name}[{bad!r}] = {outcomes[bad]!r}: outcomes must be 0 or 1")
+    _check_outcome_pair(before, after, ("before", "after"))
     gained = sum(1 for k in before if before[k] == 0.0 and after[k] == 1.0)
     lost = sum(1 for k in before if before[k] == 1.0 and after[k] == 0.0)
     if gained + lost == 0:
@@ -507,15 +517,9 @@ def cohen_kappa(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, 
     Raises:
         ValueError: the problem sets differ, or an outcome is not 0 or 1 (naming it).
     """
-    if set(a) != set(b):
-        differ = sorted(set(a) ^ set(b))[:3]
-        raise ValueError(f"a and b must hold the same problems; differ in {differ}")
+    _check_outcome_pair(a, b, ("a", "b"))
     if not a:
         raise ValueError("a and b hold no problems")
-    for name, outcomes in (("a", a), ("b", b)):
-        bad = next((k for k, v in outcomes.items() if v not in (0.0, 1.0)), None)
-        if bad is not None:
-            raise ValueError(f"{name}[{bad!r}] = {outcomes[bad]!r}: outcomes must be 0 or 1")
     n = len(a)
     p_o = sum(1 for k in a if a[k] == b[k]) / n
     p_a, p_b = sum(a.values()) / n, sum(b.values()) / n

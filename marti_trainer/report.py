@@ -837,12 +837,6 @@ at one policy whatever kappa says: near 0% or 100% accuracy chance alone agrees 
 everywhere, so kappa is near 0 (or undefined) even for runs that differ on one problem."""
 
 
-def _same_problems(a: RunRecord, b: RunRecord) -> bool:
-    return a.problems.keys() == b.problems.keys() and (
-        a.answers is None or b.answers is None or a.answers == b.answers
-    )
-
-
 def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRecord]]:
     """Runs grouped by where they ended: two runs are linked when their final 0/1 outcomes
     on the same held-out problems (task ids and reference answers) agree with Cohen's kappa
@@ -875,7 +869,7 @@ def answer_modes(runs: Sequence[RunRecord], min_kappa: float) -> list[list[RunRe
     for i, a in enumerate(runs):
         for j in range(i + 1, len(runs)):
             b = runs[j]
-            if not _same_problems(a, b):
+            if _problem_mismatch(a, b) is not None:
                 continue
             p_o, kappa = cohen_kappa(a.problems, b.problems)
             if 1.0 - p_o <= NEAR_IDENTICAL or kappa >= min_kappa:
