@@ -340,3 +340,27 @@ def test_a_checkpoints_credit_setting_is_not_imported_by_marti_eval(tmp_path):
                               **dict.fromkeys(keys))  # fmt: skip
     assert _fill_defaults(args, SimpleNamespace(config=cfg))["credit"] == "score"
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("name", ["arithmetic", "expr", "code_gen"])
+def test_marti_eval_takes_a_procedural_generators_test_split_and_levels(name):
+    """``--data expr`` once evaluated the generator's *train* split at every level, whatever
+    --levels said: a held-out score on training prompts."""
+    from marti_trainer.cli.eval import _tasks
+
+    tasks = _tasks(name, 6, "1")
+    assert [t.id for t in tasks] == [f"{name}/test/L1/{i}" for i in range(6)]
+    default = {t.id.split("/")[2] for t in _tasks(name, 12, None)}  # the generator's default
+    assert default == {"arithmetic": {"L1", "L2"}, "expr": {"L1", "L2", "L3"},
+                       "code_gen": {"L1", "L2"}}[name]  # fmt: skip
+    with pytest.raises(ValueError, match=f"--data {name} --levels 9"):
+        _tasks(name, 2, "9")
+
+
+def test_marti_eval_refuses_levels_for_a_task_source_without_them():
+    from marti_trainer.cli.eval import _tasks
+
+    with pytest.raises(ValueError, match="--levels applies to a procedural --data"):
+        _tasks([{"prompt": "1+1?", "answer": "2"}], None, "1")
+    with pytest.raises(ValueError, match="comma-separated integers, got '1,a'"):
+        _tasks("expr", 2, "1,a")

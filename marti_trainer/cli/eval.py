@@ -9,8 +9,10 @@ Examples::
         --temperature 0 --max-tokens 32     # a trained model, on its run's held-out tasks
 
 ``--data`` is any task source spec (``marti_env.tasks.make_task_source``): a JSON/JSONL
-path, a benchmark name (``gsm8k/test``, ``math500``...), ``hf:<name>``, or ``arithmetic``
-(the procedural generator's *test* split; ``--levels`` picks the levels). ``--checkpoint``
+path, a benchmark name (``gsm8k/test``, ``math500``...), ``hf:<name>``, or a procedural
+generator's name, ``arithmetic``, ``expr`` or ``code_gen``: its *test* split, never the
+split runs train on (``--levels`` picks the levels: 1,2 for arithmetic, all the generator's
+by default for the others). ``--checkpoint``
 evaluates the weights a ``marti train`` run saved (its newest checkpoint, or the one named),
 on the run's own held-out tasks (``env.eval_tasks``) unless ``--data`` says otherwise, in any
 env: e.g. a model trained alone, in a debate; by default it repeats the run's own held-out
@@ -34,7 +36,7 @@ from typing import Any
 
 __all__ = ["add_eval_parser", "run_eval"]
 
-_ARITHMETIC_DEFAULT_LIMIT = 1000
+_GENERATOR_DEFAULT_LIMIT = 1000
 
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,9 +82,14 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--limit",
         type=int,
         default=None,
-        help=f"first N tasks (default: all; {_ARITHMETIC_DEFAULT_LIMIT} for arithmetic)",
+        help=f"first N tasks (default: all; {_GENERATOR_DEFAULT_LIMIT} of a procedural generator)",
     )
-    p.add_argument("--levels", default="1,2", help="arithmetic levels, comma-separated (1,2)")
+    p.add_argument(
+        "--levels",
+        default=None,
+        help="levels of a procedural --data (arithmetic, expr, code_gen), comma-separated "
+        "(arithmetic: 1,2; the others: all)",
+    )
     p.add_argument("-k", "--k", type=int, default=None, help="episodes per task (4; run: 1)")
     p.add_argument(
         "--temperature", type=float, default=None, help="sampling temperature (0.7; run: 0)"
@@ -143,17 +150,32 @@ def _env_args(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _tasks(data: Any, limit: int | None, levels: str) -> list[Any]:
+def _tasks(data: Any, limit: int | None, levels: str | None) -> list[Any]:
+    """The tasks ``--data`` names; a procedural generator's name gives its test split."""
     from marti_env.tasks import ArithmeticTasks, make_task_source
+    from marti_env.tasks.code_gen import CodeGenTasks
+    from marti_env.tasks.expr import ExprTasks
 
-    if data == "arithmetic":
+    generators = {"arithmetic": ArithmeticTasks, "expr": ExprTasks, "code_gen": CodeGenTasks}
+    if not isinstance(data, str) or data not in generators:
+        if levels is not None:
+            raise ValueError(
+                f"--levels applies to a procedural --data ({', '.join(generators)}), not to "
+                f"--data {data!r}: drop it, or name the levels in the task source itself"
+            )
+        return list(make_task_source(data, limit=limit))
+    kwargs: dict[str, Any] = {"size": limit or _GENERATOR_DEFAULT_LIMIT, "split": "test"}
+    if levels is not None:
         try:
-            level_list = [int(x) for x in levels.split(",") if x.strip()]
+            kwargs["levels"] = [int(x) for x in levels.split(",") if x.strip()]
         except ValueError as e:
             raise ValueError(f"--levels must be comma-separated integers, got {levels!r}") from e
-        size = limit or _ARITHMETIC_DEFAULT_LIMIT
-        return list(ArithmeticTasks(levels=level_list, size=size, split="test"))
-    return list(make_task_source(data, limit=limit))
+    elif data == "arithmetic":
+        kwargs["levels"] = [1, 2]
+    try:
+        return list(generators[data](**kwargs))
+    except ValueError as e:
+        raise ValueError(f"--data {data} --levels {levels}: {e}") from e
 
 
 _DEFAULTS = {
