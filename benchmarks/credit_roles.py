@@ -36,6 +36,18 @@ a role that learned under one method while the team's answer did not change)::
 
     python benchmarks/credit_roles.py paired docs/results/credit_llm_gate_roles.json
 
+``collect`` also reduces each run's training rollouts (``transcripts.jsonl``: every
+episode of every step, each turn with the reward its credit method paid) to the same counts
+per step, plus where the credit went (:func:`credit_counts`): how many episodes the team
+lost, in how many of those some turn was still paid a non-zero reward, and the share of
+the batch's absolute credit paid in them. ``none`` pays a lost episode nothing; a
+counterfactual method can, and what it pays there answers a question other than "who made
+the team right" (on split-sum, sums of a subset of the boxed numbers that hit the answer by
+chance)::
+
+    python benchmarks/credit_roles.py rollouts \\
+        docs/results/credit_llm_split_sum_d4_roles.json --seed 0
+
 ``collect --merge`` adds the runs to an existing file, replacing those of the same name
 and keeping the rest: the evaluation records stay on the machine that ran them
 (``runs/`` is not committed), so ``benchmarks/run_llm_credit.sh`` merges each seed's counts
@@ -160,6 +172,57 @@ def signal_counts(records: list[dict[str, Any]], workflow: Any, where: str) -> d
     return out
 
 
+def credit_counts(records: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    """Where one batch's credited rewards went: ``episodes``; ``lost``, those with team
+    outcome below 1; ``lost_credited``, lost episodes in which some turn's ``reward`` is
+    not 0; ``abs_credit``, the sum of ``|reward|`` over every turn, and ``abs_credit_lost``
+    that sum over the lost episodes. By hand: rewards (1, 1) in a won episode and
+    (0.25, -0.25) in a lost one give lost 1, lost_credited 1, abs_credit 2.5 and
+    abs_credit_lost 0.5 (a fifth of the credit paid where the team was wrong).
+
+    Raises:
+        ValueError: a record without ``outcome`` or a turn without ``reward``
+            (naming ``where:line``).
+    """
+    out: dict[str, Any] = {"episodes": len(records), "lost": 0, "lost_credited": 0,
+                           "abs_credit": 0.0, "abs_credit_lost": 0.0}  # fmt: skip
+    for line, rec in enumerate(records, 1):
+        try:
+            rewards, lost = [float(t["reward"]) for t in rec["turns"]], rec["outcome"] < 1
+        except KeyError as e:
+            raise ValueError(f"{where}:{line}: no {e} field in the episode record") from None
+        paid = sum(abs(r) for r in rewards)
+        out["abs_credit"] += paid
+        if lost:
+            out["lost"] += 1
+            out["lost_credited"] += int(any(r != 0 for r in rewards))
+            out["abs_credit_lost"] += paid
+    return out
+
+
+def _rollout_counts(run: Path, cfg: dict[str, Any], count: Callable, workflow: Any):
+    """Per training step (1, 2, ...), the env's counts and :func:`credit_counts` of the
+    step's episodes in ``transcripts.jsonl`` (``tasks_per_step x n_samples`` a step, in
+    order); ``{}`` for a run without the file."""
+    path = run / "transcripts.jsonl"
+    if not path.is_file():
+        return {}
+    with path.open(encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    size = int(cfg["rollout"]["tasks_per_step"]) * int(cfg["rollout"]["n_samples"])
+    if len(records) % size:
+        raise ValueError(
+            f"{path}: {len(records)} episodes, not a whole number of training steps of "
+            f"{size} (rollout.tasks_per_step x rollout.n_samples)"
+        )
+    steps = {}
+    for i in range(0, len(records), size):
+        batch, where = records[i : i + size], f"{path} (step {i // size + 1})"
+        steps[str(i // size + 1)] = {**count(batch, workflow, where),
+                                     "credit": credit_counts(batch, where)}  # fmt: skip
+    return steps
+
+
 FAMILIES: dict[str, Callable[[list[dict[str, Any]], Any, str], dict[str, Any]]] = {
     "split-sum-v0": split_sum_counts,
     "gate-v0": gate_counts,
@@ -216,8 +279,10 @@ def collect(run_dirs: list[Path]) -> dict[str, Any]:
             steps[str(int(path.stem.split("_")[1]))] = FAMILIES[env_id](
                 records, workflow, str(path)
             )
+        rollouts = _rollout_counts(run, cfg, FAMILIES[env_id], workflow)
         runs.append({"run": run.name, "method": cfg["exp_name"], "seed": cfg["seed"],
-                     "env_kwargs": cfg["env"]["kwargs"], "steps": steps})  # fmt: skip
+                     "env_kwargs": cfg["env"]["kwargs"], "steps": steps,
+                     "rollouts": rollouts})  # fmt: skip
     return {"env_id": env_ids.pop() if env_ids else None, "runs": runs}
 
 
@@ -380,6 +445,35 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rollouts(data: dict[str, Any], seed: int | None = None) -> str:
+    """A markdown table: per run (of ``seed``, else every run) and training step, the
+    percent of the step's episodes with team outcome 1, the env's per-role columns, the
+    percent of lost episodes in which some turn was paid non-zero credit, and the percent
+    of the step's absolute credit paid in lost episodes (:func:`credit_counts`).
+
+    Raises:
+        ValueError: no run of ``seed`` has rollout counts (collected before they were).
+    """
+    header, cells = COLUMNS[data["env_id"]]
+    lines = [
+        "| " + " | ".join(["method", "seed", "step", "team outcome 1", *header,
+                           "lost episodes paid credit", "credit paid in lost episodes"])
+        + " |",
+        "|" + "---|" * (6 + len(header)),
+    ]  # fmt: skip
+    runs = [r for r in data["runs"] if r.get("rollouts") and seed in (None, int(r["seed"]))]
+    if not runs:
+        raise ValueError(f"no run{'' if seed is None else f' of seed {seed}'} has rollout counts")
+    for run in sorted(runs, key=lambda r: (r["method"], r["seed"])):
+        for step, c in sorted(run["rollouts"].items(), key=lambda kv: int(kv[0])):
+            k = c["credit"]
+            row = [run["method"], str(run["seed"]), step, _pct(c["team"], c["problems"])]
+            spent = [_pct(k["lost_credited"], k["lost"]),
+                     _pct(k["abs_credit_lost"], k["abs_credit"])]  # fmt: skip
+            lines.append("| " + " | ".join([*row, *cells(c), *spent]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -396,12 +490,17 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("paired", help="each method's final role shares minus the baseline's")
     p.add_argument("path", type=Path)
     p.add_argument("--baseline", default="none", help="the method compared against (none)")
+    o = sub.add_parser("rollouts", help="per training step: roles and where the credit went")
+    o.add_argument("path", type=Path)
+    o.add_argument("--seed", type=int, default=None, help="only this seed's runs")
     args = parser.parse_args(argv)
     if args.cmd == "collect":
         data = collect(args.runs)
         if args.merge and args.out.is_file():
             data = merge(json.loads(args.out.read_text(encoding="utf-8")), data, str(args.out))
         args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    elif args.cmd == "rollouts":
+        print(rollouts(json.loads(args.path.read_text(encoding="utf-8")), args.seed))
     elif args.cmd == "paired":
         print(paired(json.loads(args.path.read_text(encoding="utf-8")), args.baseline))
     else:

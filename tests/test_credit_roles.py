@@ -225,6 +225,56 @@ def test_paired_compares_each_role_at_the_last_step_seed_by_seed():
         roles.paired(data)
 
 
+def test_credit_counts_by_hand():
+    won = {"turns": [{"reward": 1.0}, {"reward": 1.0}], "outcome": 1.0}
+    lost = {"turns": [{"reward": 0.25}, {"reward": -0.25}], "outcome": 0.0}
+    silent = {"turns": [{"reward": 0.0}, {"reward": 0.0}], "outcome": 0.0}
+    assert roles.credit_counts([won, lost, silent], "x") == {
+        "episodes": 3, "lost": 2, "lost_credited": 1, "abs_credit": 2.5, "abs_credit_lost": 0.5
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"x:1: no 'reward' field"):
+        roles.credit_counts([{"turns": [{}], "outcome": 0.0}], "x")
+
+
+def test_collect_reduces_the_training_rollouts_step_by_step(tmp_path):
+    parts = split_instance(TASK, 2, 2, 1).parts
+    right = {"solver_0": str(parts[0]), "solver_1": str(parts[1]),
+             "distractor_0": "0", "distractor_1": None}  # fmt: skip
+    noisy = {**right, "distractor_0": str(parts[1])}  # wrong sum; {solver_0, distractor_0} right
+
+    def episode(answers, outcome, rewards):
+        rec = _record(answers, outcome)
+        for turn, r in zip(rec["turns"], rewards, strict=True):
+            turn["reward"] = r
+        return rec
+
+    run = _run(tmp_path, [_record(right, 1.0)])
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({**cfg, "rollout": {"tasks_per_step": 1, "n_samples": 2}})
+    )
+    steps = [
+        [episode(right, 1.0, [0.5, 0.5, 0, 0]), episode(noisy, 0.0, [0.5, -0.5, 0.5, -0.5])],
+        [episode(right, 1.0, [0.5, 0.5, 0, 0]), episode(right, 1.0, [0.5, 0.5, 0, 0])],
+    ]
+    lines = [json.dumps(r) for batch in steps for r in batch]
+    (run / "transcripts.jsonl").write_text("\n".join(lines) + "\n")
+    data = roles.collect([run])
+    step1, step2 = (data["runs"][0]["rollouts"][k] for k in ("1", "2"))
+    assert (step1["team"], step1["distractor"]["local"], step1["credit"]["lost_credited"]) == (
+        1, 3, 1)  # fmt: skip
+    assert step2["credit"] == {"episodes": 2, "lost": 0, "lost_credited": 0,
+                               "abs_credit": 2.0, "abs_credit_lost": 0.0}  # fmt: skip
+    table = roles.rollouts(data, seed=3).splitlines()
+    assert table[2] == "| none | 3 | 1 | 50.0 | 100.0 (100.0) | 75.0 (50.0) | 100.0 | 66.7 |"
+    assert table[3] == "| none | 3 | 2 | 100.0 | 100.0 (100.0) | 100.0 (50.0) | n/a | 0.0 |"
+    with pytest.raises(ValueError, match="no run of seed 4 has rollout counts"):
+        roles.rollouts(data, seed=4)
+    (run / "transcripts.jsonl").write_text(lines[0] + "\n")
+    with pytest.raises(ValueError, match="1 episodes, not a whole number of training steps of 2"):
+        roles.collect([run])
+
+
 def test_the_role_tables_in_the_docs_are_generated_from_the_committed_counts():
     """Every ``<!-- generated: python benchmarks/credit_roles.py CMD FILE -->`` block of
     docs/credit.md is what CMD prints for FILE now (no per-role figure typed by hand)."""
@@ -234,12 +284,13 @@ def test_the_role_tables_in_the_docs_are_generated_from_the_committed_counts():
     root = Path(__file__).resolve().parent.parent
     text = (root / "docs" / "credit.md").read_text(encoding="utf-8")
     blocks = re.findall(
-        r"<!-- generated: python benchmarks/credit_roles.py (render|paired) (\S+) -->\n"
-        r"(.*?)\n<!-- end generated -->",
+        r"<!-- generated: python benchmarks/credit_roles.py (render|paired|rollouts) (\S+)"
+        r"(?: --seed (\d+))? -->\n(.*?)\n<!-- end generated -->",
         text,
         re.S,
     )
     assert len(blocks) >= 4
-    for cmd, path, body in blocks:
+    for cmd, path, seed, body in blocks:
         data = json.loads((root / path).read_text(encoding="utf-8"))
-        assert body == getattr(roles, cmd)(data), f"docs/credit.md: the {cmd} {path} block"
+        args = (int(seed),) if seed else ()
+        assert body == getattr(roles, cmd)(data, *args), f"docs/credit.md: {cmd} {path}"
