@@ -41,9 +41,9 @@ episode of every step, each turn with the reward its credit method paid) to the 
 per step, plus where the credit went (:func:`credit_counts`): how many episodes the team
 lost, in how many of those some turn was still paid a non-zero reward, and the share of
 the batch's absolute credit paid in them. ``none`` pays a lost episode nothing; a
-counterfactual method can, and what it pays there answers a question other than "who made
-the team right" (on split-sum, sums of a subset of the boxed numbers that hit the answer by
-chance)::
+counterfactual method can, rightly (a split-sum solver that boxed its part while a
+distractor broke the sum) or by chance (:func:`split_sum_chance_credit`: on split-sum, the
+share paid where a solver missed its part, so only a coincidental subset sum was right)::
 
     python benchmarks/credit_roles.py rollouts \\
         docs/results/credit_llm_split_sum_d4_roles.json --seed 0
@@ -200,6 +200,26 @@ def credit_counts(records: list[dict[str, Any]], where: str) -> dict[str, Any]:
     return out
 
 
+def split_sum_chance_credit(records: list[dict[str, Any]], workflow: Any, where: str) -> float:
+    """The absolute credit (``sum |reward|`` over turns) paid in split-sum episodes where
+    some solver did not box its own part. No coalition that holds only agents doing their
+    jobs sums to the total there, so any credit comes from a subset of the boxed numbers
+    that hits it by chance (e.g. a solver's 25 and a distractor's 2 for 27): the exact
+    Shapley value of a game whose wins are coincidences. ``none`` pays such an episode 0.
+
+    Raises:
+        ValueError: as :func:`split_sum_counts`.
+    """
+    chance = 0.0
+    for (task, _, answers, _), rec in zip(
+        _episodes(records, workflow, where), records, strict=True
+    ):
+        ok = local_correct(workflow.instance(task), answers)
+        if not all(ok[a] for a in workflow.solvers):
+            chance += sum(abs(float(t["reward"])) for t in rec["turns"])
+    return chance
+
+
 def _rollout_counts(run: Path, cfg: dict[str, Any], count: Callable, workflow: Any):
     """Per training step (1, 2, ...), the env's counts and :func:`credit_counts` of the
     step's episodes in ``transcripts.jsonl`` (``tasks_per_step x n_samples`` a step, in
@@ -218,8 +238,10 @@ def _rollout_counts(run: Path, cfg: dict[str, Any], count: Callable, workflow: A
     steps = {}
     for i in range(0, len(records), size):
         batch, where = records[i : i + size], f"{path} (step {i // size + 1})"
-        steps[str(i // size + 1)] = {**count(batch, workflow, where),
-                                     "credit": credit_counts(batch, where)}  # fmt: skip
+        credit = credit_counts(batch, where)
+        if count is split_sum_counts:
+            credit["abs_credit_chance"] = split_sum_chance_credit(batch, workflow, where)
+        steps[str(i // size + 1)] = {**count(batch, workflow, where), "credit": credit}
     return steps
 
 
@@ -455,11 +477,14 @@ def rollouts(data: dict[str, Any], seed: int | None = None) -> str:
         ValueError: no run of ``seed`` has rollout counts (collected before they were).
     """
     header, cells = COLUMNS[data["env_id"]]
+    chance = data["env_id"] == "split-sum-v0"
+    spent_header = ["lost episodes paid credit", "credit paid in lost episodes"]
+    if chance:
+        spent_header.append("credit paid where a solver missed its part (chance only)")
     lines = [
-        "| " + " | ".join(["method", "seed", "step", "team outcome 1", *header,
-                           "lost episodes paid credit", "credit paid in lost episodes"])
+        "| " + " | ".join(["method", "seed", "step", "team outcome 1", *header, *spent_header])
         + " |",
-        "|" + "---|" * (6 + len(header)),
+        "|" + "---|" * (4 + len(header) + len(spent_header)),
     ]  # fmt: skip
     runs = [r for r in data["runs"] if r.get("rollouts") and seed in (None, int(r["seed"]))]
     if not runs:
@@ -470,6 +495,8 @@ def rollouts(data: dict[str, Any], seed: int | None = None) -> str:
             row = [run["method"], str(run["seed"]), step, _pct(c["team"], c["problems"])]
             spent = [_pct(k["lost_credited"], k["lost"]),
                      _pct(k["abs_credit_lost"], k["abs_credit"])]  # fmt: skip
+            if chance:
+                spent.append(_pct(k["abs_credit_chance"], k["abs_credit"]))
             lines.append("| " + " | ".join([*row, *cells(c), *spent]) + " |")
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The credit benchmark's LLM-tier page for one family (FAMILY=split_sum_nopenalty, the
-# default, gate, signal or split_sum), from the committed digests of
+# default, split_sum_d4, gate, signal or split_sum), from the committed digests of
 # benchmarks/run_llm_credit.sh: docs/credit_llm_<family>.md, `shapley` (signal:
 # `leave_one_out_replay`) against `none` paired by seed on the same 1,000 held-out problems,
 # with the table of where the seeds ended (runs grouped by their final answers, --modes).

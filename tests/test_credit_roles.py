@@ -7,6 +7,7 @@ import json
 import pytest
 import yaml
 
+import marti_env
 from marti_env.tasks.task import Task
 from marti_env.workflows.split_sum import split_instance
 from tests.test_evaluate import _load_benchmark
@@ -263,11 +264,16 @@ def test_collect_reduces_the_training_rollouts_step_by_step(tmp_path):
     step1, step2 = (data["runs"][0]["rollouts"][k] for k in ("1", "2"))
     assert (step1["team"], step1["distractor"]["local"], step1["credit"]["lost_credited"]) == (
         1, 3, 1)  # fmt: skip
-    assert step2["credit"] == {"episodes": 2, "lost": 0, "lost_credited": 0,
-                               "abs_credit": 2.0, "abs_credit_lost": 0.0}  # fmt: skip
+    assert step2["credit"] == {"episodes": 2, "lost": 0, "lost_credited": 0, "abs_credit": 2.0,
+                               "abs_credit_lost": 0.0, "abs_credit_chance": 0.0}  # fmt: skip
     table = roles.rollouts(data, seed=3).splitlines()
-    assert table[2] == "| none | 3 | 1 | 50.0 | 100.0 (100.0) | 75.0 (50.0) | 100.0 | 66.7 |"
-    assert table[3] == "| none | 3 | 2 | 100.0 | 100.0 (100.0) | 100.0 (50.0) | n/a | 0.0 |"
+    # step 1: the lost episode's solvers both did their jobs, so none of its credit is chance
+    assert table[2] == "| none | 3 | 1 | 50.0 | 100.0 (100.0) | 75.0 (50.0) | 100.0 | 66.7 | 0.0 |"
+    assert table[3] == "| none | 3 | 2 | 100.0 | 100.0 (100.0) | 100.0 (50.0) | n/a | 0.0 | 0.0 |"
+    missed = {**noisy, "solver_1": None}  # {solver_0, distractor_0} still sums to the total
+    batch = [episode(right, 1.0, [0.5, 0.5, 0, 0]), episode(missed, 0.0, [0.5, 0, 0.5, -0.5])]
+    wf = marti_env.make("split-sum-v0", **KWARGS).workflow
+    assert roles.split_sum_chance_credit(batch, wf, "x") == 1.5
     with pytest.raises(ValueError, match="no run of seed 4 has rollout counts"):
         roles.rollouts(data, seed=4)
     (run / "transcripts.jsonl").write_text(lines[0] + "\n")
