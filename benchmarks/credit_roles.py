@@ -181,16 +181,19 @@ def credit_counts(records: list[dict[str, Any]], where: str) -> dict[str, Any]:
     abs_credit_lost 0.5 (a fifth of the credit paid where the team was wrong).
 
     Raises:
-        ValueError: a record without ``outcome`` or a turn without ``reward``
-            (naming ``where:line``).
+        ValueError: a record without a numeric ``outcome`` or a turn without a numeric
+            ``reward`` (naming ``where:line``, the record's position in ``records``).
     """
     out: dict[str, Any] = {"episodes": len(records), "lost": 0, "lost_credited": 0,
                            "abs_credit": 0.0, "abs_credit_lost": 0.0}  # fmt: skip
     for line, rec in enumerate(records, 1):
         try:
-            rewards, lost = [float(t["reward"]) for t in rec["turns"]], rec["outcome"] < 1
+            rewards = [float(t["reward"]) for t in rec["turns"]]
+            lost = float(rec["outcome"]) < 1
         except KeyError as e:
             raise ValueError(f"{where}:{line}: no {e} field in the episode record") from None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}:{line}: a non-numeric outcome or reward ({e})") from None
         paid = sum(abs(r) for r in rewards)
         out["abs_credit"] += paid
         if lost:
@@ -201,11 +204,13 @@ def credit_counts(records: list[dict[str, Any]], where: str) -> dict[str, Any]:
 
 
 def split_sum_chance_credit(records: list[dict[str, Any]], workflow: Any, where: str) -> float:
-    """The absolute credit (``sum |reward|`` over turns) paid in split-sum episodes where
-    some solver did not box its own part. No coalition that holds only agents doing their
-    jobs sums to the total there, so any credit comes from a subset of the boxed numbers
-    that hits it by chance (e.g. a solver's 25 and a distractor's 2 for 27): the exact
-    Shapley value of a game whose wins are coincidences. ``none`` pays such an episode 0.
+    """The absolute credit (``sum |reward|`` over turns, whatever the method) paid in
+    split-sum episodes where some solver's boxed number is not its part (boxing nothing
+    counts as 0, so a solver whose part is 0 may stay silent). There no coalition of agents
+    doing their jobs sums to the total, so a coalition that does (the team included, when
+    it won) hits it by chance: a solver's 25 and a distractor's 2 for 27. ``none`` pays the
+    wins among these episodes (the coincidences that include everyone); a counterfactual
+    method also pays the coincidences of smaller coalitions, in won and lost episodes.
 
     Raises:
         ValueError: as :func:`split_sum_counts`.
@@ -214,34 +219,60 @@ def split_sum_chance_credit(records: list[dict[str, Any]], workflow: Any, where:
     for (task, _, answers, _), rec in zip(
         _episodes(records, workflow, where), records, strict=True
     ):
-        ok = local_correct(workflow.instance(task), answers)
-        if not all(ok[a] for a in workflow.solvers):
+        parts = workflow.instance(task).parts
+        if any((parse_int(answers[a]) or 0) != p for a, p in zip(workflow.solvers, parts,
+                                                                   strict=True)):  # fmt: skip
             chance += sum(abs(float(t["reward"])) for t in rec["turns"])
     return chance
 
 
-def _rollout_counts(run: Path, cfg: dict[str, Any], count: Callable, workflow: Any):
-    """Per training step (1, 2, ...), the env's counts and :func:`credit_counts` of the
-    step's episodes in ``transcripts.jsonl`` (``tasks_per_step x n_samples`` a step, in
-    order); ``{}`` for a run without the file."""
+def _rollout_counts(run: Path, cfg: dict[str, Any], env_id: str, workflow: Any) -> dict[str, Any]:
+    """Per training step (1, 2, ...), the env's counts (:data:`FAMILIES`) and
+    :func:`credit_counts` of the step's episodes in ``transcripts.jsonl`` (the trainer
+    appends each step's ``tasks_per_step x n_samples`` episodes in order; a resumed run's
+    file is cut back to its checkpoint); on split-sum also :func:`split_sum_chance_credit`.
+    ``{}`` for a run without the file (``log.transcripts: false``).
+
+    Raises:
+        ValueError: an empty file, a line that is not JSON, a count of episodes that is not
+            a whole number of steps or whose steps disagree with the run's
+            ``metrics.jsonl`` (naming the file).
+    """
     path = run / "transcripts.jsonl"
     if not path.is_file():
         return {}
+    records = []
     with path.open(encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
+        for line, text in enumerate(f, 1):
+            try:
+                records.append(json.loads(text))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line}: not an episode record ({e})") from None
     size = int(cfg["rollout"]["tasks_per_step"]) * int(cfg["rollout"]["n_samples"])
-    if len(records) % size:
+    if not records or len(records) % size:
         raise ValueError(
             f"{path}: {len(records)} episodes, not a whole number of training steps of "
             f"{size} (rollout.tasks_per_step x rollout.n_samples)"
         )
+    metrics = run / "metrics.jsonl"
+    try:
+        with metrics.open(encoding="utf-8") as f:
+            trained = max(int(json.loads(text)["step"]) for text in f if text.strip())
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{metrics}: no training steps to check {path} against ({e!r})") from None
+    if len(records) // size != trained:
+        raise ValueError(
+            f"{path}: {len(records) // size} steps of {size} episodes, but {metrics} ends at "
+            f"step {trained} (a resume that did not cut the file back?)"
+        )
     steps = {}
     for i in range(0, len(records), size):
-        batch, where = records[i : i + size], f"{path} (step {i // size + 1})"
+        step, batch = i // size + 1, records[i : i + size]
+        where = f"{path} step {step} (lines {i + 1}-{i + size}), episode"
         credit = credit_counts(batch, where)
-        if count is split_sum_counts:
+        if env_id == "split-sum-v0":
             credit["abs_credit_chance"] = split_sum_chance_credit(batch, workflow, where)
-        steps[str(i // size + 1)] = {**count(batch, workflow, where), "credit": credit}
+        steps[str(step)] = {**FAMILIES[env_id](batch, workflow, where), "credit": credit}
     return steps
 
 
@@ -301,7 +332,7 @@ def collect(run_dirs: list[Path]) -> dict[str, Any]:
             steps[str(int(path.stem.split("_")[1]))] = FAMILIES[env_id](
                 records, workflow, str(path)
             )
-        rollouts = _rollout_counts(run, cfg, FAMILIES[env_id], workflow)
+        rollouts = _rollout_counts(run, cfg, env_id, workflow)
         runs.append({"run": run.name, "method": cfg["exp_name"], "seed": cfg["seed"],
                      "env_kwargs": cfg["env"]["kwargs"], "steps": steps,
                      "rollouts": rollouts})  # fmt: skip
@@ -470,11 +501,13 @@ def render(data: dict[str, Any]) -> str:
 def rollouts(data: dict[str, Any], seed: int | None = None) -> str:
     """A markdown table: per run (of ``seed``, else every run) and training step, the
     percent of the step's episodes with team outcome 1, the env's per-role columns, the
-    percent of lost episodes in which some turn was paid non-zero credit, and the percent
-    of the step's absolute credit paid in lost episodes (:func:`credit_counts`).
+    percent of lost episodes in which some turn was paid non-zero credit, the percent of
+    the step's absolute credit paid in lost episodes (:func:`credit_counts`) and, on
+    split-sum, paid where a solver missed its part (:func:`split_sum_chance_credit`).
 
     Raises:
-        ValueError: no run of ``seed`` has rollout counts (collected before they were).
+        ValueError: no run of ``seed``, or a selected run without rollout counts (naming
+            it: a table missing one method's rows would read as complete).
     """
     header, cells = COLUMNS[data["env_id"]]
     chance = data["env_id"] == "split-sum-v0"
@@ -486,9 +519,13 @@ def rollouts(data: dict[str, Any], seed: int | None = None) -> str:
         + " |",
         "|" + "---|" * (4 + len(header) + len(spent_header)),
     ]  # fmt: skip
-    runs = [r for r in data["runs"] if r.get("rollouts") and seed in (None, int(r["seed"]))]
-    if not runs:
-        raise ValueError(f"no run{'' if seed is None else f' of seed {seed}'} has rollout counts")
+    runs = [r for r in data["runs"] if seed in (None, int(r["seed"]))]
+    missing = [r["run"] for r in runs if not r.get("rollouts")]
+    if not runs or missing:
+        raise ValueError(
+            f"no rollout counts for {', '.join(missing) or f'any run of seed {seed}'} "
+            "(collected without transcripts.jsonl, or before collect reduced it)"
+        )
     for run in sorted(runs, key=lambda r: (r["method"], r["seed"])):
         for step, c in sorted(run["rollouts"].items(), key=lambda kv: int(kv[0])):
             k = c["credit"]

@@ -260,6 +260,7 @@ def test_collect_reduces_the_training_rollouts_step_by_step(tmp_path):
     ]
     lines = [json.dumps(r) for batch in steps for r in batch]
     (run / "transcripts.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "metrics.jsonl").write_text("".join(f'{{"step": {k}}}\n' for k in range(3)))
     data = roles.collect([run])
     step1, step2 = (data["runs"][0]["rollouts"][k] for k in ("1", "2"))
     assert (step1["team"], step1["distractor"]["local"], step1["credit"]["lost_credited"]) == (
@@ -274,7 +275,15 @@ def test_collect_reduces_the_training_rollouts_step_by_step(tmp_path):
     batch = [episode(right, 1.0, [0.5, 0.5, 0, 0]), episode(missed, 0.0, [0.5, 0, 0.5, -0.5])]
     wf = marti_env.make("split-sum-v0", **KWARGS).workflow
     assert roles.split_sum_chance_credit(batch, wf, "x") == 1.5
-    with pytest.raises(ValueError, match="no run of seed 4 has rollout counts"):
+    # a win by coincidence (solver_1 silent, distractor_0 boxes its part): none pays it too
+    lucky = episode(missed, 1.0, [1.0, 1.0, 1.0, 1.0])
+    assert roles.split_sum_chance_credit([lucky], wf, "x") == 4.0
+    with pytest.raises(ValueError, match="no rollout counts for split-sum-v0__none__3"):
+        roles.rollouts({**data, "runs": [{**data["runs"][0], "rollouts": {}}]}, seed=3)
+    (run / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+    with pytest.raises(ValueError, match=r"2 steps of 2 episodes, but .*ends at step 1"):
+        roles.collect([run])
+    with pytest.raises(ValueError, match="no rollout counts for any run of seed 4"):
         roles.rollouts(data, seed=4)
     (run / "transcripts.jsonl").write_text(lines[0] + "\n")
     with pytest.raises(ValueError, match="1 episodes, not a whole number of training steps of 2"):

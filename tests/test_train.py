@@ -369,7 +369,7 @@ def test_training_runs_on_the_configured_device(tiny_dir, tmp_path, device, dtyp
     assert result.history[-1]["losses/policy/kl_ref"] > 0  # the policy moved off the reference
 
 
-def test_eval_cli_evaluates_a_runs_checkpoint_in_another_env(tiny_dir, tmp_path):
+def test_eval_cli_evaluates_a_runs_checkpoint_in_another_env(tiny_dir, tmp_path, capsys):
     """`marti eval --checkpoint` generates with the trained weights (checked against HF's own
     greedy decoding of the checkpoint), on the run's held-out tasks, in any env."""
     from safetensors.torch import load_file
@@ -383,6 +383,8 @@ def test_eval_cli_evaluates_a_runs_checkpoint_in_another_env(tiny_dir, tmp_path)
               "--dtype", "float32", "--mode", "sync", "--no-progress"]  # fmt: skip
     trained, base = tmp_path / "trained.jsonl", tmp_path / "base.jsonl"
     assert main([*common, "--checkpoint", str(run), "--transcripts", str(trained)]) == 0
+    assert main([*common, "--checkpoint", str(run), "--levels", "2"]) == 2  # not the run's
+    assert "--levels needs --data" in capsys.readouterr().err
     data = ["--data", "arithmetic", "--levels", "1", "--limit", "3"]
     assert main([*common, "--model", str(tiny_dir), *data, "--transcripts", str(base)]) == 0
     records = [json.loads(line) for line in trained.read_text().splitlines()]

@@ -175,7 +175,8 @@ def _tasks(data: Any, limit: int | None, levels: str | None) -> list[Any]:
     try:
         return list(generators[data](**kwargs))
     except ValueError as e:
-        raise ValueError(f"--data {data} --levels {levels}: {e}") from e
+        flags = f"--data {data}" + (f" --levels {levels}" if levels is not None else "")
+        raise ValueError(f"{flags}: {e}") from e
 
 
 _DEFAULTS = {
@@ -314,6 +315,11 @@ def _trained(args: argparse.Namespace) -> Any:
     trained = load_trained_unit(args.checkpoint, args.unit)
     args.model = trained.config.model.name
     if args.data is None:
+        if args.levels is not None:
+            raise ValueError(
+                "--levels needs --data: without it --checkpoint evaluates the run's own "
+                f"held-out tasks (env.eval_tasks: {trained.config.env.eval_tasks!r})"
+            )
         args.data = trained.config.env.eval_tasks
     return trained
 
@@ -336,10 +342,16 @@ def run_eval(args: argparse.Namespace) -> int:
     from marti_trainer.team import GreedyDedup
 
     check_eval_args(args)
+    data_from_run = args.checkpoint is not None and args.data is None
     trained = _trained(args)
     env_kwargs = _fill_defaults(args, trained)
     check_eval_args(args)
-    tasks = _tasks(args.data or "arithmetic", args.limit, args.levels)
+    if data_from_run:  # as the run built them (a bare generator name: its default split)
+        from marti_env.tasks import make_task_source
+
+        tasks = list(make_task_source(args.data, limit=args.limit))
+    else:
+        tasks = _tasks(args.data or "arithmetic", args.limit, args.levels)
     label = "simulated" if args.backend == "simulated" else str(args.model)
     if trained is not None:
         label = f"{trained.checkpoint.parent.parent.name}/{trained.checkpoint.name}/{trained.unit}"
