@@ -72,6 +72,7 @@ from marti_env.workflows.base import Workflow
 from marti_env.workflows.gate import GENERATOR, balanced_accuracy, decision
 from marti_env.workflows.signal import LISTENER, message_of
 from marti_env.workflows.split_sum import local_correct, parse_int
+from marti_trainer.transcripts import read_training_steps
 
 
 def _episodes(records: list[dict[str, Any]], workflow: Workflow, where: str):
@@ -229,46 +230,24 @@ def split_sum_chance_credit(records: list[dict[str, Any]], workflow: Any, where:
 def _rollout_counts(run: Path, cfg: dict[str, Any], env_id: str, workflow: Any) -> dict[str, Any]:
     """Per training step (1, 2, ...), the env's counts (:data:`FAMILIES`) and
     :func:`credit_counts` of the step's episodes in ``transcripts.jsonl`` (the trainer
-    appends each step's ``tasks_per_step x n_samples`` episodes in order; a resumed run's
-    file is cut back to its checkpoint); on split-sum also :func:`split_sum_chance_credit`.
-    ``{}`` for a run without the file (``log.transcripts: false``).
+    appends each step's ``tasks_per_step x n_samples`` episodes in order, read by
+    :func:`marti_trainer.transcripts.read_training_steps`); on split-sum also
+    :func:`split_sum_chance_credit`. ``{}`` for a run without the file
+    (``log.transcripts: false``).
 
     Raises:
-        ValueError: an empty file, a line that is not JSON, a count of episodes that is not
-            a whole number of steps or whose steps disagree with the run's
-            ``metrics.jsonl`` (naming the file).
+        ValueError: the reader's errors (an empty file, a line that is not JSON, a count of
+            episodes that is not a whole number of steps or whose steps disagree with the
+            run's ``metrics.jsonl``, naming the file).
     """
     path = run / "transcripts.jsonl"
     if not path.is_file():
         return {}
-    records = []
-    with path.open(encoding="utf-8") as f:
-        for line, text in enumerate(f, 1):
-            try:
-                records.append(json.loads(text))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line}: not an episode record ({e})") from None
     size = int(cfg["rollout"]["tasks_per_step"]) * int(cfg["rollout"]["n_samples"])
-    if not records or len(records) % size:
-        raise ValueError(
-            f"{path}: {len(records)} episodes, not a whole number of training steps of "
-            f"{size} (rollout.tasks_per_step x rollout.n_samples)"
-        )
-    metrics = run / "metrics.jsonl"
-    try:
-        with metrics.open(encoding="utf-8") as f:
-            trained = max(int(json.loads(text)["step"]) for text in f if text.strip())
-    except (OSError, ValueError, KeyError) as e:
-        raise ValueError(f"{metrics}: no training steps to check {path} against ({e!r})") from None
-    if len(records) // size != trained:
-        raise ValueError(
-            f"{path}: {len(records) // size} steps of {size} episodes, but {metrics} ends at "
-            f"step {trained} (a resume that did not cut the file back?)"
-        )
     steps = {}
-    for i in range(0, len(records), size):
-        step, batch = i // size + 1, records[i : i + size]
-        where = f"{path} step {step} (lines {i + 1}-{i + size}), episode"
+    for step, batch in enumerate(read_training_steps(run, size), 1):
+        first = (step - 1) * size + 1
+        where = f"{path} step {step} (lines {first}-{first + size - 1}), episode"
         credit = credit_counts(batch, where)
         if env_id == "split-sum-v0":
             credit["abs_credit_chance"] = split_sum_chance_credit(batch, workflow, where)

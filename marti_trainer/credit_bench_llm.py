@@ -75,7 +75,6 @@ error naming the keys, not a silent reuse. ``marti report OUT/runs`` reads the c
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -96,6 +95,7 @@ from marti_env.credit.replay import trains_on_siblings
 from marti_env.record import EpisodeRecord
 from marti_trainer.config import TrainConfig
 from marti_trainer.metrics import training_tokens
+from marti_trainer.transcripts import read_training_steps
 
 if TYPE_CHECKING:
     from marti_trainer.sweep import KeepCheckpoints
@@ -256,27 +256,26 @@ PER_TOKEN = ("reinforce_pp", "reinforce_pp_baseline")
 """Estimators with batch-wide whitening and per-token returns: no per-group check."""
 
 
-def training_batches(path: Path, size: int) -> list[list[EpisodeRecord]]:
-    """The episodes of a run's ``transcripts.jsonl``, step by step (the trainer appends
-    each step's ``size = tasks_per_step x n_samples`` episodes in order).
+def training_batches(run_dir: Path, size: int) -> list[list[EpisodeRecord]]:
+    """The episodes of a run's ``transcripts.jsonl``, step by step, as records
+    (:func:`marti_trainer.transcripts.read_training_steps`, whose checks apply).
 
     Raises:
-        ValueError: a line that is not an episode record (naming ``path:line``), or a count
-            of episodes that is not a whole number of steps.
+        ValueError: a line that is not an episode record (naming ``path:line``), or the
+            reader's errors.
     """
-    episodes = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    steps = read_training_steps(run_dir, size)
+    batches = []
+    for s, step in enumerate(steps):
+        batch = []
+        for j, record in enumerate(step):
             try:
-                episodes.append(EpisodeRecord.from_dict(json.loads(line)))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{i}: not an episode record ({e!r})") from None
-    if not episodes or len(episodes) % size:
-        raise ValueError(
-            f"{path}: {len(episodes)} episodes, not a whole number of training steps of "
-            f"{size} (tasks_per_step x n_samples)"
-        )
-    return [episodes[i : i + size] for i in range(0, len(episodes), size)]
+                batch.append(EpisodeRecord.from_dict(record))
+            except (KeyError, TypeError, ValueError) as e:
+                where = f"{Path(run_dir) / 'transcripts.jsonl'}:{s * size + j + 1}"
+                raise ValueError(f"{where}: not an episode record ({e!r})") from None
+        batches.append(batch)
+    return batches
 
 
 def batch_like_none(batch: list[EpisodeRecord], cfg: TrainConfig) -> bool:
@@ -335,7 +334,7 @@ def trained_like_none(run_dir: Path, cfg: TrainConfig) -> bool | None:
     if not path.is_file():
         raise ValueError(f"{path}: missing, although log.transcripts is on")
     size = cfg.rollout.tasks_per_step * cfg.rollout.n_samples
-    return all(batch_like_none(batch, cfg) for batch in training_batches(path, size))
+    return all(batch_like_none(batch, cfg) for batch in training_batches(run_dir, size))
 
 
 def _run_cell(

@@ -263,6 +263,9 @@ def _transcripts(run_dir, steps):
                   "turns": turns, "final_answer": None, "outcome": outcome}  # fmt: skip
         lines.append(json.dumps(record))
     (run_dir / "transcripts.jsonl").write_text("\n".join(lines) + "\n")
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(f'{{"step": {s}}}\n' for s in range(1, len(steps) + 1))
+    )
     return run_dir
 
 
@@ -324,7 +327,7 @@ def test_flag_errors_name_the_transcripts(tmp_path):
     run = _transcripts(tmp_path / "short", [step[:2]])
     with pytest.raises(ValueError, match=r"2 episodes, not a whole number of training steps of 3"):
         trained_like_none(run, cfg)
-    (run / "transcripts.jsonl").write_text('{"turns": [{}]}\n')
+    (run / "transcripts.jsonl").write_text('{"turns": [{}]}\n' * 3)
     with pytest.raises(ValueError, match=r"transcripts.jsonl:1: not an episode record"):
         trained_like_none(run, cfg)
     with pytest.raises(ValueError, match=r"no form for algorithm.advantage='mystery'"):
@@ -353,7 +356,7 @@ def test_flag_reads_the_rows_the_trainer_trained_on(tiny_dir, tmp_path, monkeypa
                       algorithm__overlong_buffer=4)  # fmt: skip
     train(cfg)
     (run_dir,) = [p for p in tmp_path.iterdir() if (p / "transcripts.jsonl").is_file()]
-    batches = training_batches(run_dir / "transcripts.jsonl", 2 * 2)
+    batches = training_batches(run_dir, 2 * 2)
     rows = [
         sorted((group_key_of(row, group_by), row.reward, int(turn.meta["response_tokens"]))
                for ep in batch for row, turn in zip(ep.samples(), ep.turns, strict=True))
