@@ -303,10 +303,39 @@ def test_summary_block_in_a_readme_is_generated_and_checked(sweep, tmp_path, mon
     text = readme.read_text()
     assert "[two.md](docs/two.md)" in text and "[results.md](docs/results.md)" in text
     assert check_report("docs/two.md") == []
+    # in a deeper section its headings go one level below that section's, whatever the
+    # other page's block and a fenced code block in between hold
+    fence = "```bash\n# a comment, not a heading\n```"
+    two_begin = two.splitlines()[0]
+    readme.write_text(
+        readme.read_text().replace(two_begin, f"### Deeper\n\n{fence}\n\n{two_begin}")
+    )
+    write_report(ReportOptions(("sweep",), summary_into="README.md"), "docs/two.md", plots=False)
+    text = readme.read_text()
+    deeper = text[text.index("### Deeper") :]
+    assert "#### Held-out accuracy per config" in deeper and "\n### Held-out" not in deeper
+    assert "\n### Held-out accuracy per config" in text[: text.index("### Deeper")]
+    write_report(opts, "docs/results.md", plots=False)  # its block was edited above
+    assert check_report("docs/two.md") == [] and check_report("docs/results.md") == []
     # the unnamed markers of before: the error says the markers name their page now
     readme.write_text("<!-- marti report summary: begin -->\nx\n<!-- marti report summary: end -->")
     with pytest.raises(ValueError, match=r"summary markers now name their page"):
         write_report(opts, "docs/results.md", plots=False)
+
+
+def test_section_level_is_the_last_heading_outside_code_and_summaries():
+    from marti_trainer.report import section_level
+
+    assert section_level("no heading") == 1
+    assert section_level("# A\n\n## B\ntext\n") == 2
+    assert section_level("### C\n```\n# code comment\n```\n") == 3
+    begin, end = (
+        "<!-- marti report summary: begin x.md -->",
+        "<!-- marti report summary: end x.md -->",
+    )
+    block = f"{begin}\n#### In x\n{end}"
+    assert section_level(f"## D\n{block}\n") == 2
+    assert section_level("## E\n#not a heading\n") == 2
 
 
 def test_python_objects_saved_as_repr_group_across_processes(tmp_path):
