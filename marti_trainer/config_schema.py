@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["ConfigError", "Range", "Section", "check_value", "setting"]
+__all__ = ["ConfigError", "Range", "Section", "check_value", "flatten", "setting"]
 
 
 class ConfigError(ValueError):
@@ -87,3 +87,14 @@ class Section:
         prefix = f"{self.section}." if self.section else ""
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             check_value(getattr(self, f.name), f.metadata.get("range"), f"'{prefix}{f.name}'")
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys: ``{"env": {"id": "mad-v0", "kwargs": {}}}`` gives
+    ``{"env.id": "mad-v0", "env.kwargs": {}}`` (an empty mapping keeps its own key)."""
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): data}

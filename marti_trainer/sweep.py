@@ -65,6 +65,7 @@ from marti_trainer.config import (
     config_from_dict,
     load_config,
 )
+from marti_trainer.config_schema import flatten
 
 __all__ = [
     "Cell",
@@ -249,19 +250,10 @@ def plan_sweep(
     return cells
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): data}
-
-
 def _comparable(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     data = config.to_dict() if isinstance(config, TrainConfig) else config
     # a YAML round trip makes tuples lists and keeps what a saved config.yaml would hold
-    flat = _flat(yaml.safe_load(yaml.safe_dump(data, sort_keys=True)))
+    flat = flatten(yaml.safe_load(yaml.safe_dump(data, sort_keys=True)))
     # a setting added later, at the value that reproduces what configs without it did, is
     # left out: a config saved before it existed and one saved after compare (and
     # fingerprint) equal

@@ -260,3 +260,13 @@ def test_eval_flags_are_checked_before_any_model_loads(flags, match, capsys):
     assert main(["eval", "--env", "single-v0", "--model", "/no/such/model", *flags]) == 2
     err = capsys.readouterr().err
     assert re.search(match, err), err
+
+
+def test_flatten_gives_dotted_keys_and_keeps_empty_mappings():
+    from marti_trainer.config_schema import flatten
+
+    nested = {"env": {"id": "mad-v0", "kwargs": {}, "credit": {"alpha": 0.5}}, "seed": 3}
+    assert flatten(nested) == {
+        "env.id": "mad-v0", "env.kwargs": {}, "env.credit.alpha": 0.5, "seed": 3,
+    }  # fmt: skip
+    assert flatten({}) == {"": {}} and flatten(7, "x.") == {"x": 7}

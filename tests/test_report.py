@@ -515,7 +515,8 @@ def test_update_rewrites_a_page_with_its_own_arguments(sweep, tmp_path, monkeypa
 def test_runs_group_regardless_of_their_held_out_seed(tmp_path):
     """eval.seed, like seed, does not define a config (before it existed every run
     evaluated with its own seed); any other key that differs, or is missing, does."""
-    from marti_trainer.report import RunRecord, _mixed_heldout_seeds, group_runs
+    from marti_trainer.report import RunRecord, group_runs
+    from marti_trainer.report.tables import _mixed_heldout_seeds
 
     base = {"seed": 0, "exp_name": "x", "optim.lr": 1e-5, "log.output_dir": "runs"}
     old = RunRecord(tmp_path / "a", 0, dict(base), True)
@@ -547,7 +548,8 @@ def test_runs_that_stop_at_different_steps_keep_their_final_evaluation(tmp_path)
     """A token budget stops each seed at its own step: the accuracy curve pairs the seeds'
     last evaluations (x: their mean step), so the final one is not dropped, and the others
     at each step they all have before any seed's last."""
-    from marti_trainer.report import RunRecord, _plot_data, group_runs
+    from marti_trainer.report import RunRecord, group_runs
+    from marti_trainer.report.plots import _plot_data
 
     config = {"seed": 0, "exp_name": "x", "total_tokens": 900}
     runs = [
