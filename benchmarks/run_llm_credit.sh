@@ -18,8 +18,10 @@
 # docs/results/credit_llm_<family>_roles.json (benchmarks/credit_roles.py; commit both: the
 # evaluation records they come from stay in runs/); a seed whose two digests are there is
 # skipped, so a fresh clone continues where the committed digests end. The page:
-# benchmarks/report_llm_credit.sh (from the digests; OUT/results.json covers only the seeds
-# run in this clone).
+# benchmarks/report_llm_credit.sh writes it once (from the digests; OUT/results.json covers
+# only the seeds run in this clone); after that each finished seed refreshes it, its tables in
+# docs/credit.md and the role tables (marti report --update, benchmarks/regenerate_docs.py),
+# so what is left to commit is the digests, the counts and those pages.
 set -u
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
@@ -48,6 +50,10 @@ for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished se
     "$PYTHON" benchmarks/credit_roles.py collect \
       "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__${METHOD}__$seed" \
       --out "docs/results/credit_llm_${FAMILY}_roles.json" --merge
+    if [ -f "docs/credit_llm_$FAMILY.md" ]; then  # the page and its tables, with this seed
+      "$MARTI" report --update "docs/credit_llm_$FAMILY.md"
+      "$PYTHON" benchmarks/regenerate_docs.py
+    fi
   else
     echo "seed $seed failed"
   fi
