@@ -21,40 +21,46 @@
 # benchmarks/report_llm_credit.sh writes it once (from the digests; OUT/results.json covers
 # only the seeds run in this clone); after that each finished seed refreshes it, its tables in
 # docs/credit.md and the role tables (marti report --update, benchmarks/regenerate_docs.py),
-# so what is left to commit is the digests, the counts and those pages.
+# so what is left to commit is the digests, the counts, those pages and their PNGs. One
+# family at a time: two sweeps would both rewrite docs/credit.md.
 set -u
-cd "$(dirname "$0")/.."
-MARTI=${MARTI:-.venv/bin/marti}
-PYTHON=${PYTHON:-.venv/bin/python}
-FAMILY=${FAMILY:-split_sum_nopenalty}
-METHOD=shapley  # the credit method paired against none
-case "$FAMILY" in
-  split_sum|split_sum_nopenalty|split_sum_d4) ENV_ID=split-sum-v0 ;;
-  gate) ENV_ID=gate-v0 ;;
-  signal) ENV_ID=signal-v0; METHOD=leave_one_out_replay ;;
-  *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate, signal or split_sum, got '$FAMILY'" >&2; exit 2 ;;
-esac
-CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
-. benchmarks/require_native_bf16.sh
-OUT=runs/credit_llm_$FAMILY
-DIGESTS=docs/results/digests/credit_llm_$FAMILY
-for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished seed is paired
-  if [ -f "$DIGESTS/${ENV_ID}__none__$seed.run.json" ] \
-    && [ -f "$DIGESTS/${ENV_ID}__${METHOD}__$seed.run.json" ]; then
-    echo "seed $seed: digested earlier ($DIGESTS), skipped"
-    continue
-  fi
-  if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
-    --methods "none,$METHOD" --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
-    "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
-    "$PYTHON" benchmarks/credit_roles.py collect \
-      "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__${METHOD}__$seed" \
-      --out "docs/results/credit_llm_${FAMILY}_roles.json" --merge
-    if [ -f "docs/credit_llm_$FAMILY.md" ]; then  # the page and its tables, with this seed
-      "$MARTI" report --update "docs/credit_llm_$FAMILY.md"
-      "$PYTHON" benchmarks/regenerate_docs.py
+# in a function, so that editing this file cannot change a sweep already running it
+main() {
+  cd "$(dirname "$0")/.."
+  MARTI=${MARTI:-.venv/bin/marti}
+  PYTHON=${PYTHON:-.venv/bin/python}
+  FAMILY=${FAMILY:-split_sum_nopenalty}
+  METHOD=shapley  # the credit method paired against none
+  case "$FAMILY" in
+    split_sum|split_sum_nopenalty|split_sum_d4) ENV_ID=split-sum-v0 ;;
+    gate) ENV_ID=gate-v0 ;;
+    signal) ENV_ID=signal-v0; METHOD=leave_one_out_replay ;;
+    *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate, signal or split_sum, got '$FAMILY'" >&2; exit 2 ;;
+  esac
+  CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
+  . benchmarks/require_native_bf16.sh
+  OUT=runs/credit_llm_$FAMILY
+  DIGESTS=docs/results/digests/credit_llm_$FAMILY
+  for seed in ${SEEDS:-0 1 2 3 4 5 6 7 8 9}; do  # seed by seed: every finished seed is paired
+    if [ -f "$DIGESTS/${ENV_ID}__none__$seed.run.json" ] \
+      && [ -f "$DIGESTS/${ENV_ID}__${METHOD}__$seed.run.json" ]; then
+      echo "seed $seed: digested earlier ($DIGESTS), skipped"
+      continue
     fi
-  else
-    echo "seed $seed failed"
-  fi
-done
+    if "$MARTI" bench credit --tier llm --config "$CONFIG" --envs "$ENV_ID" \
+      --methods "none,$METHOD" --seeds "$seed" --out "$OUT" --no-plot --keep-checkpoints none; then
+      "$MARTI" report "$OUT/runs" --save-digests "$DIGESTS"
+      "$PYTHON" benchmarks/credit_roles.py collect \
+        "$OUT/runs/${ENV_ID}__none__$seed" "$OUT/runs/${ENV_ID}__${METHOD}__$seed" \
+        --out "docs/results/credit_llm_${FAMILY}_roles.json" --merge
+      if [ -f "docs/credit_llm_$FAMILY.md" ]; then  # the page and its tables, with this seed
+        "$MARTI" report --update "docs/credit_llm_$FAMILY.md" || echo "seed $seed: page not refreshed"
+      fi
+      "$PYTHON" benchmarks/regenerate_docs.py || echo "seed $seed: generated blocks not refreshed"
+    else
+      echo "seed $seed failed"
+    fi
+  done
+}
+main "$@"
+exit

@@ -319,8 +319,10 @@ def trained_like_none(run_dir: Path, cfg: TrainConfig) -> bool | None:
     per-token estimator (:data:`PER_TOKEN`).
 
     Raises:
-        ValueError: the transcripts are missing or malformed (naming the file), or an
-            estimator this check does not know (naming it).
+        ValueError: the transcripts are missing or malformed, or their steps disagree with
+            the run's ``metrics.jsonl`` (missing, or ending at another step), naming the
+            file (:func:`marti_trainer.transcripts.read_training_steps`); or an estimator
+            this check does not know (naming it).
     """
     alg = cfg.algorithm
     if not cfg.log.transcripts or alg.group_by == "node" or alg.advantage in PER_TOKEN:

@@ -122,7 +122,9 @@ LIBRARIES = (
 )  # fmt: skip
 """Distributions whose version is part of the key (those installed)."""
 
-ABOVE_TRAINING = ("cli", "credit_bench_llm.py", "sweep.py", "report", "dry_run.py")
+ABOVE_TRAINING = (
+    "cli", "credit_bench_llm.py", "sweep.py", "report", "dry_run.py", "transcripts.py",
+)  # fmt: skip
 """``marti_trainer`` modules (files or packages) in the layers above ``train``, which the
 training loop cannot import (``pyproject.toml``'s layers contract): they start runs or read
 their results, so editing them changes no evaluation, and they stay out of the key."""

@@ -24,9 +24,9 @@ def read_training_steps(run_dir: str | Path, size: int) -> list[list[dict[str, A
 
     Raises:
         ValueError: the file is missing, a line is not a JSON object (naming ``path:line``),
-            the episodes are not a whole, non-zero number of steps, or their step count
-            differs from the last step in ``run_dir/metrics.jsonl`` (a file cut or resumed
-            wrongly), naming the files.
+            the episodes are not a whole, non-zero number of steps, ``run_dir/metrics.jsonl``
+            is missing or has no step, or the episodes' step count differs from its last
+            step (a file cut or resumed wrongly), naming the files.
     """
     run_dir = Path(run_dir)
     path = run_dir / "transcripts.jsonl"

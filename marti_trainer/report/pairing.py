@@ -26,8 +26,9 @@ class Group:
 
 
 def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
-    """Finished runs grouped by config (see :data:`NOT_CONFIG`), in order of first
-    appearance; two runs of one config with the same seed is an error naming both."""
+    """Finished runs grouped by config (see :data:`~marti_trainer.report.runs.NOT_CONFIG`),
+    in order of first appearance; two runs of one config with the same seed is an error
+    naming both."""
     groups: dict[str, list[RunRecord]] = {}
     for r in runs:
         groups.setdefault(r.group_key, []).append(r)
