@@ -329,6 +329,7 @@ def test_section_level_is_the_last_heading_outside_code_and_summaries():
     assert section_level("no heading") == 1
     assert section_level("# A\n\n## B\ntext\n") == 2
     assert section_level("### C\n```\n# code comment\n```\n") == 3
+    assert section_level("### C\n~~~\n# code comment\n~~~\n") == 3
     begin, end = (
         "<!-- marti report summary: begin x.md -->",
         "<!-- marti report summary: end x.md -->",

@@ -43,7 +43,7 @@ def section_level(markdown: str) -> int:
     pages' summary blocks: 3 for ``### LLM tier``; 1 where there is none."""
     level, fenced, summary = 1, False, False
     for line in markdown.splitlines():
-        if line.lstrip().startswith("```"):
+        if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
         elif line.startswith("<!-- marti report summary: "):
             summary = line.startswith("<!-- marti report summary: begin")
