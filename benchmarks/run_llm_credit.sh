@@ -20,9 +20,9 @@
 # skipped, so a fresh clone continues where the committed digests end. The page:
 # benchmarks/report_llm_credit.sh writes it once (from the digests; OUT/results.json covers
 # only the seeds run in this clone); after that each finished seed refreshes it, its tables in
-# docs/credit.md and the role tables (marti report --update, benchmarks/regenerate_docs.py),
+# docs/credit_llm.md and the role tables (marti report --update, benchmarks/regenerate_docs.py),
 # so what is left to commit is the digests, the counts, those pages and their PNGs. One
-# family at a time: two sweeps would both rewrite docs/credit.md.
+# family at a time: two sweeps would both rewrite docs/credit_llm.md.
 set -u
 # in a function, so that editing this file cannot change a sweep already running it
 main() {

@@ -292,12 +292,12 @@ def test_collect_reduces_the_training_rollouts_step_by_step(tmp_path):
 
 def test_the_role_tables_in_the_docs_are_generated_from_the_committed_counts():
     """Every ``<!-- generated: python benchmarks/credit_roles.py CMD FILE -->`` block of
-    docs/credit.md is what CMD prints for FILE now (no per-role figure typed by hand)."""
+    docs/credit_llm.md is what CMD prints for FILE now (no per-role figure typed by hand)."""
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    text = (root / "docs" / "credit.md").read_text(encoding="utf-8")
+    text = (root / "docs" / "credit_llm.md").read_text(encoding="utf-8")
     blocks = re.findall(
         r"<!-- generated: python benchmarks/credit_roles.py (render|paired|rollouts) (\S+)"
         r"(?: --seed (\d+))? -->\n(.*?)\n<!-- end generated -->",
@@ -308,4 +308,4 @@ def test_the_role_tables_in_the_docs_are_generated_from_the_committed_counts():
     for cmd, path, seed, body in blocks:
         data = json.loads((root / path).read_text(encoding="utf-8"))
         args = (int(seed),) if seed else ()
-        assert body == getattr(roles, cmd)(data, *args), f"docs/credit.md: {cmd} {path}"
+        assert body == getattr(roles, cmd)(data, *args), f"docs/credit_llm.md: {cmd} {path}"
