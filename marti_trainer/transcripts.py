@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from marti_trainer.metrics import read_metrics
+
 __all__ = ["read_training_steps"]
 
 
@@ -49,8 +51,7 @@ def read_training_steps(run_dir: str | Path, size: int) -> list[list[dict[str, A
         )
     metrics = run_dir / "metrics.jsonl"
     try:
-        with metrics.open(encoding="utf-8") as f:
-            trained = max(int(json.loads(text)["step"]) for text in f if text.strip())
+        trained = max(int(row["step"]) for row in read_metrics(metrics))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{metrics}: no training steps to check {path} against ({e!r})") from None
     if len(records) // size != trained:
