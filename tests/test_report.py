@@ -30,9 +30,11 @@ def fake_run(
     eval_size: int = 10,
     exp_name: str = "sweep",
     env_id: str = "mad-v0",
+    outcomes: list[float] | None = None,
 ) -> Path:
     """A run directory as `marti train` leaves it: config.yaml, metrics.jsonl (reward per
-    step, evaluations at 0 and ``steps``), eval/step_N.jsonl (one 0/1 outcome per problem,
+    step: ``outcomes`` when given, else 0.1 x step and 0.5 at the last; evaluations at 0 and
+    ``steps``), eval/step_N.jsonl (one 0/1 outcome per problem,
     the first ``round(final * n)`` right, two turns each) and summary.json."""
     run = root / name
     (run / "eval").mkdir(parents=True)
@@ -46,6 +48,9 @@ def fake_run(
     rows = [{"step": 0, "time": 0.0, "eval/accuracy": start}]
     rows += [{"step": s, "time": float(s), "rollout/outcome": 0.1 * s} for s in range(1, steps)]
     rows.append({"step": steps, "time": 9.0, "rollout/outcome": 0.5, "eval/accuracy": final})
+    if outcomes is not None:
+        for row, outcome in zip(rows[1:], outcomes, strict=True):
+            row["rollout/outcome"] = outcome
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     right = round(final * len(problems))
     for step, k in ((0, round(start * len(problems))), (steps, right)):
@@ -70,8 +75,19 @@ def sweep(tmp_path) -> Path:
     return root
 
 
-def _row(markdown: str, start: str) -> list[str]:
-    (line,) = [line for line in markdown.splitlines() if line.startswith(start)]
+TRAINING = "## Paired differences in training outcome"
+
+
+def _row(markdown: str, start: str, training: bool = False) -> list[str]:
+    """The cells of the one line starting with ``start``: in the training-outcome section with
+    ``training``, else anywhere outside it."""
+    section, lines = None, []
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            section = line
+        if (section == TRAINING) == training and line.startswith(start):
+            lines.append(line)
+    (line,) = lines
     return [c.strip() for c in line.strip("|").split("|")]
 
 
@@ -220,6 +236,39 @@ def test_versus_pairs_different_config_files_and_names_what_differs(tmp_path):
     )
     with pytest.raises(ValueError, match=r"refusing to pair .*b with .*a \(seed 0\)"):
         build_report(ReportOptions((str(tmp_path / "r2"),), versus=("exp_name=a",)))
+
+
+def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp_path):
+    """The mean training outcome (area under the training curve / steps) paired like the final
+    accuracy; a seed whose runs' curves cover different steps is left out and named."""
+    root = tmp_path / "sweep"
+    curves = {  # seed -> (quality's, none's) outcome per step
+        0: ([0.2, 0.6], [0.0, 0.4]),  # means 0.4 and 0.2: +20 points
+        1: ([0.4, 0.8], [0.4, 0.8]),  # 0.6 and 0.6: a tie
+        2: ([0.1, 0.5], [0.1, 0.3]),  # 0.3 and 0.2: +10 points
+        3: ([0.9, 0.9], [0.0, 0.0]),  # none's run lost its step-1 row (below): not paired
+    }
+    for seed, (q, n) in curves.items():
+        fake_run(root, f"q{seed}", seed, "quality", 0.5, outcomes=q)
+        fake_run(root, f"n{seed}", seed, "none", 0.5, outcomes=n)
+    metrics = root / "n3" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    del rows[1]["rollout/outcome"]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build_report(ReportOptions((str(root),), baseline="env.credit=none"))
+    quality = {g.label: g for g in report.groups}["env.credit=quality"].by_seed()
+    assert quality[0].training_outcome == pytest.approx(0.4)
+    pair = _row(report.markdown, "| env.credit=quality | env.credit=none |", training=True)
+    expected = paired_difference([0.4, 0.6, 0.3], [0.2, 0.6, 0.2])
+    assert pair[2] == "3" and pair[4] == "2/1/0"
+    assert pair[3] == expected.difference.format(1, 100, signed=True)
+    assert pair[3].startswith("+10.0 [")
+    assert pair[6].endswith("(not paired, trained for different steps: seeds 3)")
+    # the held-out table still pairs all four seeds (every final accuracy is 0.5: all ties)
+    assert _row(report.markdown, "| env.credit=quality | env.credit=none |")[2:5] == [
+        "4", "+0.0 [+0.0, +0.0]", "0/4/0",
+    ]  # fmt: skip
+    assert TRAINING not in report.summary
 
 
 def test_unfinished_runs_are_listed_not_counted(sweep):
@@ -383,8 +432,8 @@ def test_digests_give_the_same_tables_as_the_run_directories(sweep, tmp_path, mo
         return [line for line in page.splitlines() if line.startswith("| env.credit=")
                 and "seed=" not in line]  # fmt: skip
 
-    # per config (2), paired (1), step-0 comparison (2)
-    assert tables(from_digests) == tables(from_runs) and len(tables(from_runs)) == 5
+    # per config (2), paired on accuracy (1) and training outcome (1), step-0 comparison (2)
+    assert tables(from_digests) == tables(from_runs) and len(tables(from_runs)) == 6
     out = Path("docs/results.md")
     note = "The problems come from 3 templates, so they are not independent."
     opts = ReportOptions(("digests",), baseline="env.credit=none", note=note)

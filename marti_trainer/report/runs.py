@@ -118,6 +118,15 @@ class RunRecord:
         return last[-1] if last else None
 
     @property
+    def training_outcome(self) -> float | None:
+        """Mean team outcome of the training rollouts over the run's steps,
+        ``(1/T) sum_t outcome_t`` over the steps t = 1..T of :attr:`curve`: the area under the
+        training curve divided by its length, a sample-efficiency measure at the run's budget
+        (the credit benchmark's ``acc_auc``). Sampled, on training problems: not a held-out
+        accuracy. None without a curve."""
+        return sum(a for _, a in self.curve) / len(self.curve) if self.curve else None
+
+    @property
     def start_accuracy(self) -> float | None:
         first = [a for s, a in self.evals if s == 0]
         return first[0] if first else None

@@ -139,6 +139,7 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         )
     lines.append("")
     lines += _mixed_heldout_seeds(groups)
+    compared: list[tuple[str, list[Pairing], str, bool]] = []  # against, pairings, missing, differs
     if opts.baseline:
         lines += [
             f"## Paired differences against {opts.baseline}",
@@ -149,7 +150,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             "",
         ]
         missing = f"no baseline config equals it apart from {opts.baseline.partition('=')[0]}"
-        lines += _paired_table(pair_with_baseline(groups, opts.baseline), opts, missing)
+        compared.append((opts.baseline, pair_with_baseline(groups, opts.baseline), missing, False))
+        lines += _paired_table(*compared[-1][1:], opts)
     for versus in opts.versus:
         lines += [
             f"## Paired differences against {versus}",
@@ -160,8 +162,23 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             f"min_effect = {100 * opts.min_effect:g} points.",
             "",
         ]
-        lines += _paired_table(pair_versus(groups, versus), opts, "", differs=True)
+        compared.append((versus, pair_versus(groups, versus), "", True))
+        lines += _paired_table(*compared[-1][1:], opts)
     summary = "\n".join(lines[lines.index("## Held-out accuracy per config") :]).strip() + "\n"
+    if compared:
+        lines += [
+            "## Paired differences in training outcome",
+            "",
+            "The same pairs on the mean team outcome of the training rollouts over steps 1 to "
+            "T (the area under the training curve divided by T, in points): how soon a config "
+            "gets there within this budget, where the held-out accuracy says only where it "
+            "ended. Sampled, on training problems: not a held-out accuracy. A seed whose two "
+            "runs trained for different numbers of steps is not paired.",
+            "",
+        ]
+        for against, pairings, missing, differs in compared:
+            lines += [f"Against {against}:", ""]
+            lines += _paired_table(pairings, missing, differs, opts, training=True)
     if opts.modes is not None:
         lines += _modes_table(groups, opts.modes)
     machines = _machine_labels(groups)
@@ -297,9 +314,15 @@ def _modes_table(groups: Sequence[Group], min_kappa: float) -> list[str]:
 
 
 def _paired_table(
-    pairings: Sequence[Pairing], opts: ReportOptions, missing: str, differs: bool = False
+    pairings: Sequence[Pairing],
+    missing: str,
+    differs: bool,
+    opts: ReportOptions,
+    training: bool = False,
 ) -> list[str]:
-    """The rows of a paired-difference table (``differs``: with the keys that differ)."""
+    """The rows of a paired-difference table (``differs``: with the keys that differ) of the
+    final held-out accuracy, or with ``training`` of :attr:`RunRecord.training_outcome` (a
+    seed whose two runs' training curves cover different steps is left out, and named)."""
     conf, seed = opts.confidence, opts.seed
     level = f"{100 * conf:g}%"
     lines = [
@@ -317,14 +340,30 @@ def _paired_table(
                 f"| {p.group.label} | {p.baseline.label} | 0 | n/a | | | no common seeds |{extra}"
             )
             continue
-        a = {s: p.group.by_seed()[s].final_accuracy for s in p.seeds}
-        b = {s: p.baseline.by_seed()[s].final_accuracy for s in p.seeds}
+        runs, bases = p.group.by_seed(), p.baseline.by_seed()
+        seeds, unpaired = p.seeds, []
+        if training:
+            steps = {s: ([t for t, _ in runs[s].curve], [t for t, _ in bases[s].curve])
+                     for s in p.seeds}  # fmt: skip
+            unpaired = [s for s, (a, b) in steps.items() if not a or a != b]
+            seeds = [s for s in p.seeds if s not in unpaired]
+        if not seeds:
+            lines.append(
+                f"| {p.group.label} | {p.baseline.label} | 0 | n/a | | | no seed whose runs "
+                f"trained for the same steps |{extra}"
+            )
+            continue
+        value = (lambda r: r.training_outcome) if training else (lambda r: r.final_accuracy)
+        a = {s: value(runs[s]) for s in seeds}
+        b = {s: value(bases[s]) for s in seeds}
         d = paired_difference(a, b, conf, seed, opts.min_effect, labels=("config", "baseline"))
         poi = probability_of_improvement_ci(list(a.values()), list(b.values()), conf, seed)
+        left_out = (f" (not paired, trained for different steps: seeds "
+                    f"{', '.join(map(str, unpaired))})" if unpaired else "")  # fmt: skip
         lines.append(
-            f"| {p.group.label} | {p.baseline.label} | {len(p.seeds)} | "
+            f"| {p.group.label} | {p.baseline.label} | {len(seeds)} | "
             f"{_pct(d.difference, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
-            f"{poi.format(2)} | {d.verdict} |{extra}"
+            f"{poi.format(2)} | {d.verdict}{left_out} |{extra}"
         )
     return [*lines, ""]
 
