@@ -9,9 +9,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 MARTI=${MARTI:-.venv/bin/marti}
-FAMILY=${FAMILY:-split_sum_nopenalty}
-METHOD=shapley
-if [ "$FAMILY" = signal ]; then METHOD=leave_one_out_replay; fi
+. benchmarks/llm_credit_family.sh  # FAMILY -> METHOD (paired against none)
 "$MARTI" report "docs/results/digests/credit_llm_$FAMILY" --versus exp_name=none --modes 0.9 \
   --title "Credit benchmark, LLM tier: $FAMILY, $METHOD against none (SmolLM2-135M)" \
   --note "${NOTE:?set NOTE to what the figures do not show}" \

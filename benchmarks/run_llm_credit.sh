@@ -29,15 +29,7 @@ main() {
   cd "$(dirname "$0")/.."
   MARTI=${MARTI:-.venv/bin/marti}
   PYTHON=${PYTHON:-.venv/bin/python}
-  FAMILY=${FAMILY:-split_sum_nopenalty}
-  METHOD=shapley  # the credit method paired against none
-  case "$FAMILY" in
-    split_sum|split_sum_nopenalty|split_sum_d4) ENV_ID=split-sum-v0 ;;
-    gate) ENV_ID=gate-v0 ;;
-    signal) ENV_ID=signal-v0; METHOD=leave_one_out_replay ;;
-    *) echo "FAMILY must be split_sum_nopenalty, split_sum_d4, gate, signal or split_sum, got '$FAMILY'" >&2; exit 2 ;;
-  esac
-  CONFIG=baselines/smollm2/135m_credit_$FAMILY.yaml
+  . benchmarks/llm_credit_family.sh  # FAMILY -> ENV_ID, METHOD (paired against none), CONFIG
   . benchmarks/require_native_bf16.sh
   OUT=runs/credit_llm_$FAMILY
   DIGESTS=docs/results/digests/credit_llm_$FAMILY

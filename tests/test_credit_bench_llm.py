@@ -363,3 +363,30 @@ def test_flag_reads_the_rows_the_trainer_trained_on(tiny_dir, tmp_path, monkeypa
         for batch in batches
     ]  # fmt: skip
     assert len(rows) == 2 and rows == seen
+
+
+FAMILIES = ("split_sum_nopenalty", "split_sum_d4", "gate", "signal", "split_sum")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_llm_credit_family_names_its_config_env_and_method(family):
+    """benchmarks/llm_credit_family.sh, which both LLM-tier scripts source: the family's
+    config exists and runs its env, and its method is a registered credit method."""
+    import subprocess
+
+    from marti_env.credit.base import credit_methods
+
+    out = subprocess.run(
+        ["bash", "-c", '. benchmarks/llm_credit_family.sh && echo "$ENV_ID $METHOD $CONFIG"'],
+        cwd=REPO, env={"FAMILY": family, "PATH": "/usr/bin:/bin"}, capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    env_id, method, config = out.stdout.split()
+    assert yaml.safe_load((REPO / config).read_text())["env"]["id"] == env_id
+    assert method in credit_methods() and method != "none"
+    bad = subprocess.run(
+        ["bash", "-c", ". benchmarks/llm_credit_family.sh"], cwd=REPO,
+        env={"FAMILY": "gates", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "got 'gates'" in bad.stderr
+    assert all(f in bad.stderr for f in FAMILIES)
