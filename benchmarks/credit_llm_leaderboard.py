@@ -161,8 +161,7 @@ def _training(
 ) -> str:
     """The paired difference of the mean training outcome on the seeds whose two runs
     trained for the same steps, with W/T/L; n/a where none did."""
-    same = [s for s in seeds if mine[s].curve
-            and [t for t, _ in mine[s].curve] == [t for t, _ in theirs[s].curve]]  # fmt: skip
+    same = [s for s in seeds if mine[s].trained_like(theirs[s])]
     if not same:
         return "n/a"
     d = paired_difference(

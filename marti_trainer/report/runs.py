@@ -126,6 +126,11 @@ class RunRecord:
         accuracy. None without a curve."""
         return sum(a for _, a in self.curve) / len(self.curve) if self.curve else None
 
+    def trained_like(self, other: RunRecord) -> bool:
+        """Whether both runs have a training curve over the same steps, so that their
+        :attr:`training_outcome` averages over the same horizon."""
+        return bool(self.curve) and [s for s, _ in self.curve] == [s for s, _ in other.curve]
+
     @property
     def start_accuracy(self) -> float | None:
         first = [a for s, a in self.evals if s == 0]

@@ -343,9 +343,7 @@ def _paired_table(
         runs, bases = p.group.by_seed(), p.baseline.by_seed()
         seeds, unpaired = p.seeds, []
         if training:
-            steps = {s: ([t for t, _ in runs[s].curve], [t for t, _ in bases[s].curve])
-                     for s in p.seeds}  # fmt: skip
-            unpaired = [s for s, (a, b) in steps.items() if not a or a != b]
+            unpaired = [s for s in p.seeds if not runs[s].trained_like(bases[s])]
             seeds = [s for s in p.seeds if s not in unpaired]
         if not seeds:
             lines.append(
