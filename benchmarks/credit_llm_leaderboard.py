@@ -34,7 +34,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from marti_env.stats import iqm_ci, mean_ci, paired_difference, probability_of_improvement_ci
-from marti_trainer.report import Group, RunRecord, find_runs, group_runs, pair_versus, read_run
+from marti_trainer.report import (
+    Group,
+    RunRecord,
+    find_runs,
+    group_runs,
+    pair_versus,
+    read_run,
+    training_pairs,
+)
 
 METHOD_KEY = "env.credit"
 
@@ -54,7 +62,7 @@ def read_task(name: str, folder: str | Path) -> dict[str, Group]:
             method: a task folder holds one config per method).
     """
     runs = [read_run(p) for p in find_runs([folder])]
-    finished = [r for r in runs if r.finished and r.final_accuracy is not None]
+    finished = [r for r in runs if r.counted]
     if not finished:
         raise ValueError(f"task {name!r} ({folder}): no finished run with a final evaluation")
     out: dict[str, Group] = {}
@@ -67,10 +75,6 @@ def read_task(name: str, folder: str | Path) -> dict[str, Group]:
             )
         out[method] = g
     return out
-
-
-def _pct(x: float, signed: bool = False) -> str:
-    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
 
 
 def render(
@@ -126,9 +130,7 @@ def render(
                 f"{d.difference.format(1, 100, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
                 f"{d.verdict} | {_training(mine, theirs, seeds, confidence, seed)} |"
             )
-            if not d.verdict.startswith(f"{method} higher") and not d.verdict.startswith(
-                f"{baseline} higher"
-            ):
+            if d.verdict.startswith(("indistinguishable", "negligible")):  # as the fast tier's
                 apart.append(f"{method} on {name} ({len(seeds)} paired seeds)")
     lines += [
         "",
@@ -159,17 +161,19 @@ def _training(
     confidence: float,
     seed: int,
 ) -> str:
-    """The paired difference of the mean training outcome on the seeds whose two runs
-    trained for the same steps, with W/T/L; n/a where none did."""
-    same = [s for s in seeds if mine[s].trained_like(theirs[s])]
+    """The paired difference of the mean training outcome with W/T/L, on the seeds whose two
+    runs can be paired on it (:func:`marti_trainer.report.training_pairs`); the others are
+    named with the reason, and without any it is n/a."""
+    same, why = training_pairs(seeds, mine, theirs)
     if not same:
-        return "n/a"
+        return f"n/a ({why})"
     d = paired_difference(
         {s: mine[s].training_outcome for s in same},
         {s: theirs[s].training_outcome for s in same},
         confidence, seed,
     )  # fmt: skip
-    return f"{d.difference.format(1, 100, signed=True)}, {d.wins}/{d.ties}/{d.losses}"
+    out = f"{d.difference.format(1, 100, signed=True)}, {d.wins}/{d.ties}/{d.losses}"
+    return f"{out} ({len(same)} of {len(seeds)} seeds; {why})" if why else out
 
 
 def _task_spec(spec: str) -> tuple[str, str]:

@@ -18,7 +18,8 @@ cell it reports:
   seed too, and computed once: cells share step-0 evaluations through
   ``log.eval_cache`` (default ``out_dir/eval_cache``, ``off`` turns it off;
   :mod:`marti_trainer.eval_cache`).
-* ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency).
+* ``acc_auc``: mean team outcome of the training rollouts over the run (sample efficiency;
+  what ``marti report`` pairs as the training outcome, ``RunRecord.training_outcome``).
   Under the tokens budget cells train different numbers of steps; the mean over each
   cell's own steps is then, with tokens per step about constant within a cell, the mean
   over its token budget, the same span for every cell.

@@ -365,28 +365,38 @@ def test_flag_reads_the_rows_the_trainer_trained_on(tiny_dir, tmp_path, monkeypa
     assert len(rows) == 2 and rows == seen
 
 
-FAMILIES = ("split_sum_nopenalty", "split_sum_d4", "gate", "signal", "split_sum")
+FAMILIES = sorted(
+    p.stem.removeprefix("135m_credit_")
+    for p in (REPO / "baselines" / "smollm2").glob("135m_credit_*.yaml")
+)
+
+
+def _family(family: str):
+    import subprocess
+
+    return subprocess.run(
+        ["bash", "-c", '. benchmarks/llm_credit_family.sh && echo "$ENV_ID $METHOD $CONFIG"'],
+        cwd=REPO, env={"FAMILY": family, "PATH": "/usr/bin:/bin"}, capture_output=True,
+        text=True,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_llm_credit_family_names_its_config_env_and_method(family):
-    """benchmarks/llm_credit_family.sh, which both LLM-tier scripts source: the family's
-    config exists and runs its env, and its method is a registered credit method."""
-    import subprocess
-
+    """benchmarks/llm_credit_family.sh, which both LLM-tier scripts source, knows every
+    baselines/smollm2/135m_credit_<family>.yaml: the config runs its env, and its method is
+    a registered credit method."""
     from marti_env.credit.base import credit_methods
 
-    out = subprocess.run(
-        ["bash", "-c", '. benchmarks/llm_credit_family.sh && echo "$ENV_ID $METHOD $CONFIG"'],
-        cwd=REPO, env={"FAMILY": family, "PATH": "/usr/bin:/bin"}, capture_output=True,
-        text=True, check=True,
-    )  # fmt: skip
+    out = _family(family)
+    assert out.returncode == 0, out.stderr
     env_id, method, config = out.stdout.split()
+    assert config == f"baselines/smollm2/135m_credit_{family}.yaml"
     assert yaml.safe_load((REPO / config).read_text())["env"]["id"] == env_id
     assert method in credit_methods() and method != "none"
-    bad = subprocess.run(
-        ["bash", "-c", ". benchmarks/llm_credit_family.sh"], cwd=REPO,
-        env={"FAMILY": "gates", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-    )  # fmt: skip
+
+
+def test_an_unknown_llm_credit_family_is_named_with_the_known_ones():
+    bad = _family("gates")
     assert bad.returncode == 2 and "got 'gates'" in bad.stderr
     assert all(f in bad.stderr for f in FAMILIES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from marti_env.stats import iqm_ci, mean_ci, paired_difference, probability_of_improvement
@@ -43,9 +45,11 @@ def test_every_task_and_the_aggregate_hold_the_hand_computed_figures(tmp_path):
     assert _cells(page, "| B | shapley | 3 |")[4:6] == [b_diff, "1/1/1"]
     assert b_diff.startswith("+0.0 [-")
     # across tasks: IQM over the 7 runs of each method, P averaged over the two tasks
+    # the IQM of shapley's 7 runs 0.4 0.5 0.5 0.6 0.6 0.7 0.8: one cut from each end, the mean
+    # of 0.5 0.5 0.6 0.6 0.7 = 58.0
     shapley = _cells(page, "| shapley | 2 | 7 |")
     expected = iqm_ci({"A": [0.5, 0.6, 0.7, 0.8], "B": [0.5, 0.6, 0.4]})
-    assert shapley[3] == expected.format(1, 100)
+    assert shapley[3] == expected.format(1, 100) and shapley[3].startswith("58.0 [")
     # A: every shapley run beats every none run (P = 1); B: 0.6 beats 3 of 3, 0.5 ties 3,
     # 0.4 beats none -> (3 + 1.5 + 0) / 9 = 0.5; average (1 + 0.5) / 2 = 0.75
     p = probability_of_improvement({"A": [0.5, 0.6, 0.7, 0.8], "B": [0.5, 0.6, 0.4]},
@@ -76,3 +80,22 @@ def test_bad_input_names_the_task_and_method(tmp_path, capsys):
     with pytest.raises(SystemExit):
         board.main([f"A={a}", f"A={a}"])
     assert "task names must differ" in capsys.readouterr().err
+
+
+def test_a_seed_without_a_training_curve_is_named_in_its_cell(tmp_path):
+    """A run that logged no training outcome leaves its seed out of the training column,
+    named; with every seed out the cell is n/a with the reason."""
+    a = _task(tmp_path / "a", {"none": [0.1, 0.2], "shapley": [0.5, 0.6]},
+              {"none": [[0.0, 0.2]] * 2, "shapley": [[0.2, 0.4]] * 2})  # fmt: skip
+    metrics = tmp_path / "a" / "none__1" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row in rows:
+        row.pop("rollout/outcome", None)
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    row = _cells(board.render({"A": board.read_task("A", a)}), "| A | shapley | 2 |")
+    # seed 0 alone: training outcomes 0.3 against 0.1, one pair so no CI
+    assert row[7] == "+20.0 [n/a], 1/0/0 (1 of 2 seeds; no training curve: seeds 1)"
+    metrics = tmp_path / "a" / "none__0" / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))  # seed 0's lost it too
+    row = _cells(board.render({"A": board.read_task("A", a)}), "| A | shapley | 2 |")
+    assert row[7] == "n/a (no training curve: seeds 0, 1)"

@@ -247,6 +247,7 @@ def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp
         1: ([0.4, 0.8], [0.4, 0.8]),  # 0.6 and 0.6: a tie
         2: ([0.1, 0.5], [0.1, 0.3]),  # 0.3 and 0.2: +10 points
         3: ([0.9, 0.9], [0.0, 0.0]),  # none's run lost its step-1 row (below): not paired
+        4: ([0.9, 0.9], [0.0, 0.0]),  # quality's run logged no training outcome: not paired
     }
     for seed, (q, n) in curves.items():
         fake_run(root, f"q{seed}", seed, "quality", 0.5, outcomes=q)
@@ -254,6 +255,11 @@ def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp
     metrics = root / "n3" / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     del rows[1]["rollout/outcome"]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    metrics = root / "q4" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row in rows:
+        row.pop("rollout/outcome", None)
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = build_report(ReportOptions((str(root),), baseline="env.credit=none"))
     quality = {g.label: g for g in report.groups}["env.credit=quality"].by_seed()
@@ -263,10 +269,13 @@ def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp
     assert pair[2] == "3" and pair[4] == "2/1/0"
     assert pair[3] == expected.difference.format(1, 100, signed=True)
     assert pair[3].startswith("+10.0 [")
-    assert pair[6].endswith("(not paired, trained for different steps: seeds 3)")
-    # the held-out table still pairs all four seeds (every final accuracy is 0.5: all ties)
+    assert pair[6].endswith(
+        "(not paired: no training curve: seeds 4; trained for different steps: seeds 3)"
+    )
+    assert quality[4].training_outcome is None
+    # the held-out table still pairs all five seeds (every final accuracy is 0.5: all ties)
     assert _row(report.markdown, "| env.credit=quality | env.credit=none |")[2:5] == [
-        "4", "+0.0 [+0.0, +0.0]", "0/4/0",
+        "5", "+0.0 [+0.0, +0.0]", "0/5/0",
     ]  # fmt: skip
     assert TRAINING not in report.summary
 

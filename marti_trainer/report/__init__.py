@@ -73,6 +73,7 @@ from marti_trainer.report.pairing import (
     group_runs,
     pair_versus,
     pair_with_baseline,
+    training_pairs,
 )
 from marti_trainer.report.runs import DIGEST_SUFFIX, RunRecord, find_runs, read_run, write_digests
 from marti_trainer.report.tables import (
@@ -106,6 +107,7 @@ __all__ = [
     "step0_disagreements",
     "summary_block",
     "summary_markers",
+    "training_pairs",
     "write_digests",
     "write_report",
 ]

@@ -216,3 +216,18 @@ def differing_keys(a: Group, b: Group) -> list[str]:
               != json.dumps(b.config.get(k), default=repr)}  # fmt: skip
     # an empty mapping on one side flattens to its own key: name the nested keys instead
     return sorted(k for k in differ if not any(d.startswith(k + ".") for d in differ))
+
+
+def training_pairs(
+    seeds: Sequence[int], runs: dict[int, RunRecord], bases: dict[int, RunRecord]
+) -> tuple[list[int], str]:
+    """The seeds (of ``seeds``) whose run and baseline run can be paired on their
+    :attr:`~marti_trainer.report.runs.RunRecord.training_outcome` (their curves cover the same
+    steps: :meth:`~marti_trainer.report.runs.RunRecord.same_steps`), and why the others
+    cannot (``"no training curve: seeds 3; trained for different steps: seeds 4"``, empty
+    when every seed can)."""
+    no_curve = [s for s in seeds if not runs[s].curve or not bases[s].curve]
+    other = [s for s in seeds if s not in no_curve and not runs[s].same_steps(bases[s])]
+    reasons = (("no training curve", no_curve), ("trained for different steps", other))
+    why = [f"{what}: seeds {', '.join(map(str, which))}" for what, which in reasons if which]
+    return [s for s in seeds if s not in no_curve and s not in other], "; ".join(why)

@@ -118,17 +118,22 @@ class RunRecord:
         return last[-1] if last else None
 
     @property
+    def counted(self) -> bool:
+        """Whether a page counts the run: finished, with a held-out evaluation after step 0."""
+        return self.finished and self.final_accuracy is not None
+
+    @property
     def training_outcome(self) -> float | None:
-        """Mean team outcome of the training rollouts over the run's steps,
-        ``(1/T) sum_t outcome_t`` over the steps t = 1..T of :attr:`curve`: the area under the
-        training curve divided by its length, a sample-efficiency measure at the run's budget
-        (the credit benchmark's ``acc_auc``). Sampled, on training problems: not a held-out
+        """Mean team outcome of the training rollouts over the steps :attr:`curve` records
+        (every step 1..T of a run logged as the trainer logs): the area under the training
+        curve divided by its length, a sample-efficiency measure at the run's budget, the
+        credit benchmark's ``acc_auc``. Sampled, on training problems: not a held-out
         accuracy. None without a curve."""
         return sum(a for _, a in self.curve) / len(self.curve) if self.curve else None
 
-    def trained_like(self, other: RunRecord) -> bool:
-        """Whether both runs have a training curve over the same steps, so that their
-        :attr:`training_outcome` averages over the same horizon."""
+    def same_steps(self, other: RunRecord) -> bool:
+        """Whether both runs record their training outcome at the same steps, at least one,
+        so that their :attr:`training_outcome` averages over one horizon."""
         return bool(self.curve) and [s for s, _ in self.curve] == [s for s, _ in other.curve]
 
     @property

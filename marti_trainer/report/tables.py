@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from marti_trainer.report.pairing import (
     group_runs,
     pair_versus,
     pair_with_baseline,
+    training_pairs,
 )
 from marti_trainer.report.plots import _plot_data
 from marti_trainer.report.runs import RunRecord, _display, _Sources, find_runs, read_run
@@ -95,8 +96,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         raise ValueError(f"--modes must be a kappa in (0, 1], got {opts.modes}")
     sources = _Sources()
     runs = [read_run(p, sources) for p in find_runs(opts.paths)]
-    finished = [r for r in runs if r.finished and r.final_accuracy is not None]
-    unfinished = [r for r in runs if r not in finished]
+    finished = [r for r in runs if r.counted]
+    unfinished = [r for r in runs if not r.counted]
     if not finished:
         raise ValueError(
             f"none of the {len(runs)} runs under {list(opts.paths)} finished with a held-out "
@@ -139,7 +140,7 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         )
     lines.append("")
     lines += _mixed_heldout_seeds(groups)
-    compared: list[tuple[str, list[Pairing], str, bool]] = []  # against, pairings, missing, differs
+    compared: list[_Comparison] = []
     if opts.baseline:
         lines += [
             f"## Paired differences against {opts.baseline}",
@@ -150,8 +151,10 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             "",
         ]
         missing = f"no baseline config equals it apart from {opts.baseline.partition('=')[0]}"
-        compared.append((opts.baseline, pair_with_baseline(groups, opts.baseline), missing, False))
-        lines += _paired_table(*compared[-1][1:], opts)
+        compared.append(
+            _Comparison(opts.baseline, pair_with_baseline(groups, opts.baseline), missing, False)
+        )
+        lines += _paired_table(compared[-1], opts)
     for versus in opts.versus:
         lines += [
             f"## Paired differences against {versus}",
@@ -162,8 +165,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             f"min_effect = {100 * opts.min_effect:g} points.",
             "",
         ]
-        compared.append((versus, pair_versus(groups, versus), "", True))
-        lines += _paired_table(*compared[-1][1:], opts)
+        compared.append(_Comparison(versus, pair_versus(groups, versus), "", True))
+        lines += _paired_table(compared[-1], opts)
     summary = "\n".join(lines[lines.index("## Held-out accuracy per config") :]).strip() + "\n"
     if compared:
         lines += [
@@ -173,12 +176,13 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             "T (the area under the training curve divided by T, in points): how soon a config "
             "gets there within this budget, where the held-out accuracy says only where it "
             "ended. Sampled, on training problems: not a held-out accuracy. A seed whose two "
-            "runs trained for different numbers of steps is not paired.",
+            "runs trained for different numbers of steps, or one without a training curve, is "
+            "left out and named in the verdict.",
             "",
         ]
-        for against, pairings, missing, differs in compared:
-            lines += [f"Against {against}:", ""]
-            lines += _paired_table(pairings, missing, differs, opts, training=True)
+        for c in compared:
+            lines += [f"Against {c.against}:", ""]
+            lines += _paired_table(c, opts, training=True)
     if opts.modes is not None:
         lines += _modes_table(groups, opts.modes)
     machines = _machine_labels(groups)
@@ -313,16 +317,22 @@ def _modes_table(groups: Sequence[Group], min_kappa: float) -> list[str]:
     return [*lines, ""]
 
 
-def _paired_table(
-    pairings: Sequence[Pairing],
-    missing: str,
-    differs: bool,
-    opts: ReportOptions,
-    training: bool = False,
-) -> list[str]:
-    """The rows of a paired-difference table (``differs``: with the keys that differ) of the
-    final held-out accuracy, or with ``training`` of :attr:`RunRecord.training_outcome` (a
-    seed whose two runs' training curves cover different steps is left out, and named)."""
+class _Comparison(NamedTuple):
+    """One paired-difference table: its configs against ``against`` (a ``--baseline`` or
+    ``--versus`` spec); ``missing``: what a config without a partner says; ``differs``:
+    whether the table names the keys that differ."""
+
+    against: str
+    pairings: list[Pairing]
+    missing: str
+    differs: bool
+
+
+def _paired_table(c: _Comparison, opts: ReportOptions, training: bool = False) -> list[str]:
+    """The rows of a paired-difference table of the final held-out accuracy, or with
+    ``training`` of :attr:`RunRecord.training_outcome` (on :func:`training_pairs`' seeds; the
+    others are named with the reason)."""
+    pairings, missing, differs = c.pairings, c.missing, c.differs
     conf, seed = opts.confidence, opts.seed
     level = f"{100 * conf:g}%"
     lines = [
@@ -341,23 +351,21 @@ def _paired_table(
             )
             continue
         runs, bases = p.group.by_seed(), p.baseline.by_seed()
-        seeds, unpaired = p.seeds, []
+        seeds, left_out = p.seeds, ""
         if training:
-            unpaired = [s for s in p.seeds if not runs[s].trained_like(bases[s])]
-            seeds = [s for s in p.seeds if s not in unpaired]
+            seeds, left_out = training_pairs(p.seeds, runs, bases)
         if not seeds:
             lines.append(
-                f"| {p.group.label} | {p.baseline.label} | 0 | n/a | | | no seed whose runs "
-                f"trained for the same steps |{extra}"
+                f"| {p.group.label} | {p.baseline.label} | 0 | n/a | | | not paired: "
+                f"{left_out} |{extra}"
             )
             continue
+        left_out = f" (not paired: {left_out})" if left_out else ""
         value = (lambda r: r.training_outcome) if training else (lambda r: r.final_accuracy)
         a = {s: value(runs[s]) for s in seeds}
         b = {s: value(bases[s]) for s in seeds}
         d = paired_difference(a, b, conf, seed, opts.min_effect, labels=("config", "baseline"))
         poi = probability_of_improvement_ci(list(a.values()), list(b.values()), conf, seed)
-        left_out = (f" (not paired, trained for different steps: seeds "
-                    f"{', '.join(map(str, unpaired))})" if unpaired else "")  # fmt: skip
         lines.append(
             f"| {p.group.label} | {p.baseline.label} | {len(seeds)} | "
             f"{_pct(d.difference, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
