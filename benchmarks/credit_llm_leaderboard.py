@@ -17,7 +17,8 @@ the fast tier's leaderboard (:mod:`marti_env.credit.bench.leaderboard`):
   the method beats a run of the baseline on a task, averaged over the tasks that have both,
   with its stratified-bootstrap CI (:func:`marti_env.stats.probability_of_improvement_ci`;
   Agarwal et al. 2021, arXiv 2108.13264).
-* **Cannot be told apart**: the cells whose verdict is not a difference at the level.
+* **Cannot be told apart**: the cells whose verdict is "indistinguishable" or "negligible"
+  (the fast tier's rule).
 
 A task is a folder of run digests (``benchmarks/run_llm_credit.sh`` writes one per family),
 named on the command line; a method is a run's ``env.credit``::
