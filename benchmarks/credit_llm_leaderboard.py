@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from marti_env.stats import iqm_ci, mean_ci, paired_difference, probability_of_improvement_ci
 from marti_trainer.report import (
@@ -46,6 +47,7 @@ from marti_trainer.report import (
 )
 
 METHOD_KEY = "env.credit"
+T = TypeVar("T")
 
 
 def _method(group: Group) -> str:
@@ -108,7 +110,7 @@ def render(
             _method(p.group): p
             for p in pair_versus(list(methods.values()), f"{METHOD_KEY}={baseline}")
         }
-        for method, group in sorted(methods.items(), key=lambda m: (m[0] != baseline, m[0])):
+        for method, group in _baseline_first(methods, baseline):
             acc = {r.seed: r.final_accuracy for r in group.runs}
             finals.setdefault(method, {})[name] = list(acc.values())
             m = mean_ci(list(acc.values()), confidence, seed).format(1, 100)
@@ -142,7 +144,7 @@ def render(
         f"P(method > {baseline}) [{level} CI] |",
         "|---|---|---|---|---|",
     ]
-    for method, by_task in sorted(finals.items(), key=lambda m: (m[0] != baseline, m[0])):
+    for method, by_task in _baseline_first(finals, baseline):
         q = iqm_ci(by_task, confidence, seed).format(1, 100)
         poi = ""
         if method != baseline:
@@ -153,6 +155,11 @@ def render(
     lines += ["", f"Not told apart from {baseline} at {level}: "
               + ("; ".join(apart) if apart else "none") + "."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _baseline_first(by_method: dict[str, T], baseline: str) -> list[tuple[str, T]]:
+    """``by_method``'s items, the baseline's first and the others by name."""
+    return sorted(by_method.items(), key=lambda m: (m[0] != baseline, m[0]))
 
 
 def _training(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from marti_env.stats import iqm_ci, mean_ci, paired_difference, probability_of_improvement
 from tests.test_evaluate import _load_benchmark
-from tests.test_report import fake_run
+from tests.test_report import drop_outcomes, fake_run
 
 board = _load_benchmark("credit_llm_leaderboard")
 
@@ -87,15 +85,10 @@ def test_a_seed_without_a_training_curve_is_named_in_its_cell(tmp_path):
     named; with every seed out the cell is n/a with the reason."""
     a = _task(tmp_path / "a", {"none": [0.1, 0.2], "shapley": [0.5, 0.6]},
               {"none": [[0.0, 0.2]] * 2, "shapley": [[0.2, 0.4]] * 2})  # fmt: skip
-    metrics = tmp_path / "a" / "none__1" / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    for row in rows:
-        row.pop("rollout/outcome", None)
-    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drop_outcomes(tmp_path / "a" / "none__1")
     row = _cells(board.render({"A": board.read_task("A", a)}), "| A | shapley | 2 |")
     # seed 0 alone: training outcomes 0.3 against 0.1, one pair so no CI
     assert row[7] == "+20.0 [n/a], 1/0/0 (1 of 2 seeds; no training curve: seeds 1)"
-    metrics = tmp_path / "a" / "none__0" / "metrics.jsonl"
-    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))  # seed 0's lost it too
+    drop_outcomes(tmp_path / "a" / "none__0")  # seed 0's lost it too
     row = _cells(board.render({"A": board.read_task("A", a)}), "| A | shapley | 2 |")
     assert row[7] == "n/a (no training curve: seeds 0, 1)"

@@ -65,6 +65,17 @@ def fake_run(
     return run
 
 
+def drop_outcomes(run: Path, steps: set[int] | None = None) -> None:
+    """Remove the training outcome (``rollout/outcome``) from ``run``'s metrics.jsonl at
+    ``steps``, or at every step: a run that logged it at other steps, or not at all."""
+    metrics = run / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row in rows:
+        if steps is None or row["step"] in steps:
+            row.pop("rollout/outcome", None)
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 @pytest.fixture
 def sweep(tmp_path) -> Path:
     """Config `quality` at 0.5, 0.6, 0.7 and baseline `none` at 0.4, 0.6, 0.5 (seeds 0-2)."""
@@ -252,15 +263,8 @@ def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp
     for seed, (q, n) in curves.items():
         fake_run(root, f"q{seed}", seed, "quality", 0.5, outcomes=q)
         fake_run(root, f"n{seed}", seed, "none", 0.5, outcomes=n)
-    metrics = root / "n3" / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    del rows[1]["rollout/outcome"]
-    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    metrics = root / "q4" / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    for row in rows:
-        row.pop("rollout/outcome", None)
-    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drop_outcomes(root / "n3", steps={1})
+    drop_outcomes(root / "q4")
     report = build_report(ReportOptions((str(root),), baseline="env.credit=none"))
     quality = {g.label: g for g in report.groups}["env.credit=quality"].by_seed()
     assert quality[0].training_outcome == pytest.approx(0.4)
