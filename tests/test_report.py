@@ -12,7 +12,13 @@ import yaml
 
 from marti_env.stats import mean_ci, paired_difference
 from marti_trainer.cli import main
-from marti_trainer.report import ReportOptions, build_report, check_report, write_report
+from marti_trainer.report import (
+    ReportOptions,
+    build_report,
+    check_report,
+    options_of,
+    write_report,
+)
 
 PROBLEMS = [(f"arithmetic/test/L1/{i}", str(i)) for i in range(10)]
 
@@ -247,6 +253,51 @@ def test_versus_pairs_different_config_files_and_names_what_differs(tmp_path):
     )
     with pytest.raises(ValueError, match=r"refusing to pair .*b with .*a \(seed 0\)"):
         build_report(ReportOptions((str(tmp_path / "r2"),), versus=("exp_name=a",)))
+
+
+def test_options_of_are_the_keys_under_key_kwargs():
+    assert options_of("env.credit", "env.credit_kwargs.alpha")
+    assert options_of("env.credit", "env.credit_kwargs")  # an empty mapping flattens to it
+    assert not options_of("env.credit", "env.credit")
+    assert not options_of("env.credit", "env.kwargs.rounds")
+    assert not options_of("env.credit", "env.credit_kwargsx.a")
+
+
+def test_baseline_pairs_shaping_on_and_off_within_each_workflow_beside_versus(tmp_path):
+    root = tmp_path / "suite"
+    finals = {
+        ("single", "none"): [0.5, 0.6, 0.7], ("single_q", "quality"): [0.6, 0.6, 0.6],
+        ("mad", "none"): [0.4, 0.6, 0.5], ("mad_q", "quality"): [0.5, 0.8, 0.5],
+        ("chain_q", "quality"): [0.3, 0.3, 0.3],
+    }  # fmt: skip
+    for (name, credit), accs in finals.items():
+        env = {"single": "single-v0", "mad": "mad-v0", "chain": "chain-v0"}[name.split("_")[0]]
+        for seed, acc in enumerate(accs):
+            run = fake_run(root, f"{name}__{seed}", seed, credit, acc, exp_name=name, env_id=env)
+            if credit == "quality":  # shaping on carries its options; shaping off has none
+                config = yaml.safe_load((run / "config.yaml").read_text())
+                config["env"]["credit_kwargs"] = {"alpha": 0.5, "scope": "agent_window"}
+                (run / "config.yaml").write_text(yaml.safe_dump(config))
+    opts = ReportOptions((str(root),), baseline="env.credit=none", versus=("exp_name=single",))
+    page = build_report(opts).markdown
+    shaping = page[page.index("## Paired differences against env.credit=none") :]
+    shaping = shaping[: shaping.index("## Paired differences against exp_name=single")]
+    # each shaped config against its own workflow unshaped, though credit_kwargs differ too
+    pair = _row(shaping, "| mad_q | mad | 3 |")  # +0.1, +0.2, 0.0
+    assert pair[3] == paired_difference([0.5, 0.8, 0.5], [0.4, 0.6, 0.5]).difference.format(
+        1, 100, signed=True
+    )
+    assert pair[4] == "2/1/0"
+    assert _row(shaping, "| single_q | single | 3 |")[4] == "1/1/1"
+    # a shaped workflow with no unshaped run: a row that says so; no row pairs across envs
+    assert _row(shaping, "| chain_q | (none) | 0 |")[6] == (
+        "no baseline config equals it apart from env.credit (and env.credit_kwargs)"
+    )
+    assert "| mad_q | single |" not in shaping
+    # the --versus table still pairs across config files, naming the options that differ
+    assert _row(page, "| mad_q | single | 3 |")[7] == (
+        "env.credit, env.credit_kwargs.alpha, env.credit_kwargs.scope, env.id"
+    )
 
 
 def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp_path):

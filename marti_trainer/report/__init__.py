@@ -20,7 +20,8 @@ What it writes:
   (:func:`marti_env.stats.mean_ci`), its IQM, and the gain over the step-0 evaluation as a
   paired difference (did training help at all?).
 * **Paired differences** (``--baseline key=value``): each config against the config that
-  differs from it only in ``key``, whose value is ``value``, on the seeds both have
+  differs from it only in ``key``, whose value is ``value`` (and in the options of that
+  value, ``key_kwargs.*``: :func:`options_of`), on the seeds both have
   (:func:`marti_env.stats.paired_difference`, and P(config > baseline) by
   :func:`marti_env.stats.probability_of_improvement_ci`). Runs are paired only when
   their held-out problems are the same; otherwise the report refuses, saying which runs
@@ -71,6 +72,7 @@ from marti_trainer.report.pairing import (
     Pairing,
     differing_keys,
     group_runs,
+    options_of,
     pair_versus,
     pair_with_baseline,
     training_pairs,
@@ -99,6 +101,7 @@ __all__ = [
     "differing_keys",
     "find_runs",
     "group_runs",
+    "options_of",
     "page_options",
     "pair_versus",
     "pair_with_baseline",

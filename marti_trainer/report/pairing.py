@@ -113,7 +113,10 @@ def _refuse_other_heldout(g: Group, bases: Sequence[Group], key: str) -> None:
     (``env.eval_tasks.*``) would be the partner but for the problems: say so."""
     for b in bases:
         keys = set(g.config) | set(b.config)
-        diff = sorted(k for k in keys if k != key and g.config.get(k) != b.config.get(k))
+        diff = sorted(
+            k for k in keys
+            if k != key and not options_of(key, k) and g.config.get(k) != b.config.get(k)
+        )  # fmt: skip
         if diff and all(k.startswith("env.eval_tasks") for k in diff):
             shown = ", ".join(f"{k} {g.config.get(k)!r} against {b.config.get(k)!r}" for k in diff)
             raise ValueError(
@@ -123,9 +126,19 @@ def _refuse_other_heldout(g: Group, bases: Sequence[Group], key: str) -> None:
             )
 
 
+def options_of(key: str, config_key: str) -> bool:
+    """Whether ``config_key`` is an option of the value that ``key`` selects: a key under
+    ``key + "_kwargs"`` (``env.credit_kwargs.alpha`` configures ``env.credit``). Configs that
+    differ in ``key`` may differ in its options too and still be each other's partners:
+    shaping on (``credit: quality`` with its ``credit_kwargs``) against off (``credit:
+    none``, without them)."""
+    return config_key.startswith(key + "_kwargs.") or config_key == key + "_kwargs"
+
+
 def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
-    """Each group against the group that differs from it only in ``key`` and has
-    ``key=value`` (``baseline = "key=value"``).
+    """Each group against the group that differs from it only in ``key`` (and the options
+    of ``key``'s value, :func:`options_of`) and has ``key=value`` (``baseline =
+    "key=value"``).
 
     Raises:
         ValueError: ``baseline`` is malformed, names an unknown key, or matches no config;
@@ -139,21 +152,24 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
     if not any(is_base):
         values = sorted({_value(g.config.get(key)) for g in groups})
         raise ValueError(f"--baseline {baseline}: no config has it; {key} takes {values}")
+    bases = [b for b, ok in zip(groups, is_base, strict=True) if ok]
     pairings = []
     for g, base in zip(groups, is_base, strict=True):
         if base:
             continue
-        rest = {k: v for k, v in g.config.items() if k != key}
-        match = [
-            b for b, ok in zip(groups, is_base, strict=True)
-            if ok and {k: v for k, v in b.config.items() if k != key} == rest
-        ]  # fmt: skip
+        rest = _without(g.config, key)
+        match = [b for b in bases if _without(b.config, key) == rest]
         if not match:
-            _refuse_other_heldout(g, [b for b, ok in zip(groups, is_base, strict=True) if ok], key)
+            _refuse_other_heldout(g, bases, key)
             pairings.append(Pairing(g, None, []))
             continue
         pairings.append(_paired(g, match[0]))
     return pairings
+
+
+def _without(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """``config`` without ``key`` and its options (:func:`options_of`)."""
+    return {k: v for k, v in config.items() if k != key and not options_of(key, k)}
 
 
 def _key_value(spec: str, flag: str, example: str) -> tuple[str, str]:

@@ -150,7 +150,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             f"min_effect = {100 * opts.min_effect:g} points.",
             "",
         ]
-        missing = f"no baseline config equals it apart from {opts.baseline.partition('=')[0]}"
+        key = opts.baseline.partition("=")[0].strip()
+        missing = f"no baseline config equals it apart from {key} (and {key}_kwargs)"
         compared.append(
             _Comparison(opts.baseline, pair_with_baseline(groups, opts.baseline), missing, False)
         )
