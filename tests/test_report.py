@@ -643,6 +643,20 @@ def test_runs_group_regardless_of_their_held_out_seed(tmp_path):
     assert groups[1].label not in line
 
 
+def test_the_summary_holds_the_tables_and_the_page_says_where_episodes_differ(tmp_path):
+    for seed in (0, 1):
+        run = fake_run(tmp_path / "runs", f"r{seed}", seed, "none", 0.5)
+        if seed:
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["eval"] = {"seed": 0}
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+    report = build_report(ReportOptions((str(tmp_path / "runs"),)))
+    assert "Held-out episodes of all runs: eval.seed null" in report.markdown
+    assert "Held-out episodes" not in report.summary
+    assert report.summary.startswith("## Held-out accuracy per config")
+    assert "| all runs | 2 | 50.0 [" in report.summary
+
+
 def test_a_setting_added_later_groups_a_config_saved_before_it(tmp_path):
     """A run saved before ``total_tokens`` existed lacks the key; one saved after records its
     default (None): the same config (``ADDED_SETTINGS``, as ``marti sweep`` compares them).

@@ -139,7 +139,9 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             f"{per_seed} |"
         )
     lines.append("")
-    lines += _mixed_heldout_seeds(groups)
+    episodes = _mixed_heldout_seeds(groups)  # on the page, not in its summary of tables
+    mixed = (len(lines), len(lines) + len(episodes))
+    lines += episodes
     compared: list[_Comparison] = []
     if opts.baseline:
         lines += [
@@ -168,7 +170,8 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         ]
         compared.append(_Comparison(versus, pair_versus(groups, versus), "", True))
         lines += _paired_table(compared[-1], opts)
-    summary = "\n".join(lines[lines.index("## Held-out accuracy per config") :]).strip() + "\n"
+    tables = lines[lines.index("## Held-out accuracy per config") : mixed[0]] + lines[mixed[1] :]
+    summary = "\n".join(tables).strip() + "\n"
     if compared:
         lines += [
             "## Paired differences in training outcome",
