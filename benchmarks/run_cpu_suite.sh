@@ -12,8 +12,9 @@
 #
 # Seeds 0-5 ran before the configs set eval.seed: 0 (their held-out episodes took the run's
 # seed, on which single-v0's and the 2x2 debate's do not depend: their step-0 evaluations
-# agree across seeds on one machine); later seeds share one step-0 evaluation per config
-# through runs/sweeps/suite/<config>/eval_cache. A cell folder started before that change is
+# agree across seeds on one machine); later cells share step-0 evaluations through one
+# runs/sweeps/suite/eval_cache (its key is what the evaluation reads, so the seeds of a config
+# and a workflow's shaping on and off share one; marti_trainer/eval_cache.py). A cell folder started before that change is
 # refused as changed (eval.seed: None -> 0): delete it.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ for seed in $SEEDS; do  # seed by seed, so every finished seed is paired across 
       continue
     fi
     if "$MARTI" sweep "baselines/smollm2/$name.yaml" --seeds "$seed" --out "runs/sweeps/suite/$name" \
-      --set log.save_every=5; then
+      --set log.save_every=5 --set log.eval_cache=runs/sweeps/suite/eval_cache; then
       "$MARTI" report runs/sweeps/suite --save-digests "$DIGESTS"
     else
       echo "cell $name seed $seed failed (see its train.log)"
