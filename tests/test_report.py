@@ -37,10 +37,11 @@ def fake_run(
     exp_name: str = "sweep",
     env_id: str = "mad-v0",
     outcomes: list[float] | None = None,
+    credit_kwargs: dict | None = None,
 ) -> Path:
     """A run directory as `marti train` leaves it: config.yaml, metrics.jsonl (reward per
     step: ``outcomes`` when given, else 0.1 x step and 0.5 at the last; evaluations at 0 and
-    ``steps``), eval/step_N.jsonl (one 0/1 outcome per problem,
+    ``steps``), env.credit_kwargs when given, eval/step_N.jsonl (one 0/1 outcome per problem,
     the first ``round(final * n)`` right, two turns each) and summary.json."""
     run = root / name
     (run / "eval").mkdir(parents=True)
@@ -50,6 +51,8 @@ def fake_run(
         "rollout": {"tasks_per_step": 4, "n_samples": 2},
         "log": {"output_dir": str(root)},
     }  # fmt: skip
+    if credit_kwargs is not None:
+        config["env"]["credit_kwargs"] = credit_kwargs
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [{"step": 0, "time": 0.0, "eval/accuracy": start}]
     rows += [{"step": s, "time": float(s), "rollout/outcome": 0.1 * s} for s in range(1, steps)]
@@ -192,8 +195,8 @@ def test_mismatched_heldout_sets_are_refused_for_pairing(tmp_path):
     # without a baseline nothing is paired: the page is written
     assert "## Paired" not in build_report(ReportOptions((str(root),))).markdown
     # configs that differ in their held-out set are refused too, naming the key
-    fake_run(tmp_path / "r3", "a", 0, "quality", 0.5)
-    fake_run(tmp_path / "r3", "b", 0, "none", 0.5, eval_size=20)
+    fake_run(tmp_path / "r3", "a", 0, "quality", 0.5, credit_kwargs={"alpha": 0.5})
+    fake_run(tmp_path / "r3", "b", 0, "none", 0.5, eval_size=20, credit_kwargs={})
     match = r"env.credit=quality.* with .*env.credit=none.*: env.eval_tasks.size 10 against 20"
     with pytest.raises(ValueError, match=match):
         build_report(ReportOptions((str(tmp_path / "r3"),), baseline="env.credit=none"))
@@ -272,12 +275,13 @@ def test_baseline_pairs_shaping_on_and_off_within_each_workflow_beside_versus(tm
     }  # fmt: skip
     for (name, credit), accs in finals.items():
         env = {"single": "single-v0", "mad": "mad-v0", "chain": "chain-v0"}[name.split("_")[0]]
+        # shaping on carries its options; shaping off an empty mapping (as configs save it)
+        options = {"alpha": 0.5, "scope": "agent_window"} if credit == "quality" else {}
         for seed, acc in enumerate(accs):
-            run = fake_run(root, f"{name}__{seed}", seed, credit, acc, exp_name=name, env_id=env)
-            if credit == "quality":  # shaping on carries its options; shaping off has none
-                config = yaml.safe_load((run / "config.yaml").read_text())
-                config["env"]["credit_kwargs"] = {"alpha": 0.5, "scope": "agent_window"}
-                (run / "config.yaml").write_text(yaml.safe_dump(config))
+            fake_run(
+                root, f"{name}__{seed}", seed, credit, acc, exp_name=name, env_id=env,
+                credit_kwargs=options,
+            )  # fmt: skip
     opts = ReportOptions((str(root),), baseline="env.credit=none", versus=("exp_name=single",))
     page = build_report(opts).markdown
     shaping = page[page.index("## Paired differences against env.credit=none") :]
@@ -298,6 +302,18 @@ def test_baseline_pairs_shaping_on_and_off_within_each_workflow_beside_versus(tm
     assert _row(page, "| mad_q | single | 3 |")[7] == (
         "env.credit, env.credit_kwargs.alpha, env.credit_kwargs.scope, env.id"
     )
+    # two baselines that differ only in their options: the one with the config's options
+    runs = tmp_path / "alphas"
+    for name, credit, alpha, acc in (
+        ("q05", "quality", 0.5, 0.5), ("q10", "quality", 1.0, 0.7), ("s10", "sibling", 1.0, 0.6)
+    ):  # fmt: skip
+        fake_run(runs, name, 0, credit, acc, exp_name=name, credit_kwargs={"alpha": alpha})
+    opts = ReportOptions((str(runs),), baseline="env.credit=quality")
+    assert _row(build_report(opts).markdown, "| s10 | q10 | 1 |")[3] == "-10.0 [n/a]"  # not q05
+    # ... and without one, an error naming both rather than a pick by order
+    fake_run(runs, "n", 0, "none", 0.4, exp_name="n", credit_kwargs={})
+    with pytest.raises(ValueError, match=r"n has 2 possible baselines.*\(q05; q10\)"):
+        build_report(opts)
 
 
 def test_training_outcome_is_paired_on_seeds_that_trained_for_the_same_steps(tmp_path):
@@ -644,17 +660,19 @@ def test_runs_group_regardless_of_their_held_out_seed(tmp_path):
 
 
 def test_the_summary_holds_the_tables_and_the_page_says_where_episodes_differ(tmp_path):
-    for seed in (0, 1):
-        run = fake_run(tmp_path / "runs", f"r{seed}", seed, "none", 0.5)
-        if seed:
-            config = yaml.safe_load((run / "config.yaml").read_text())
-            config["eval"] = {"seed": 0}
-            (run / "config.yaml").write_text(yaml.safe_dump(config))
-    report = build_report(ReportOptions((str(tmp_path / "runs"),)))
-    assert "Held-out episodes of all runs: eval.seed null" in report.markdown
+    for credit in ("none", "quality"):
+        for seed in (0, 1):
+            run = fake_run(tmp_path / "runs", f"{credit}{seed}", seed, credit, 0.5)
+            if seed:
+                config = yaml.safe_load((run / "config.yaml").read_text())
+                config["eval"] = {"seed": 0}
+                (run / "config.yaml").write_text(yaml.safe_dump(config))
+    report = build_report(ReportOptions((str(tmp_path / "runs"),), baseline="env.credit=none"))
+    assert "Held-out episodes of env.credit=none: eval.seed null" in report.markdown
     assert "Held-out episodes" not in report.summary
     assert report.summary.startswith("## Held-out accuracy per config")
-    assert "| all runs | 2 | 50.0 [" in report.summary
+    assert "| env.credit=none | 2 | 50.0 [" in report.summary  # the tables before and after
+    assert "| env.credit=quality | env.credit=none | 2 |" in report.summary
 
 
 def test_a_setting_added_later_groups_a_config_saved_before_it(tmp_path):

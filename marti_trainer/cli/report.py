@@ -48,7 +48,8 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument("--out", help="page to write (docs/results.md)")
     parser.add_argument(
         "--baseline", metavar="KEY=VALUE",
-        help="compare each config with the one that has KEY=VALUE and is otherwise equal",
+        help="compare each config with the one that has KEY=VALUE and is otherwise equal "
+        "(the options of KEY's value, KEY_kwargs.*, may differ: --baseline env.credit=none)",
     )  # fmt: skip
     parser.add_argument(
         "--versus", action="append", metavar="KEY=VALUE",

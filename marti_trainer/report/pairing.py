@@ -101,7 +101,7 @@ def _problem_mismatch(a: RunRecord, b: RunRecord) -> str | None:
 @dataclass
 class Pairing:
     """A config against its baseline on their common seeds (``baseline`` None: no config
-    differs from it in the baseline key alone)."""
+    differs from it in the baseline key, and the options of its value, alone)."""
 
     group: Group
     baseline: Group | None
@@ -138,10 +138,11 @@ def options_of(key: str, config_key: str) -> bool:
 def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
     """Each group against the group that differs from it only in ``key`` (and the options
     of ``key``'s value, :func:`options_of`) and has ``key=value`` (``baseline =
-    "key=value"``).
+    "key=value"``). Of several such groups, the one whose options equal the group's.
 
     Raises:
         ValueError: ``baseline`` is malformed, names an unknown key, or matches no config;
+            a group has several baselines, none or more than one with its options;
             or two runs to be paired (same seed) were evaluated on different problems.
     """
     key, raw = _key_value(baseline, "--baseline", "env.credit=none")
@@ -159,6 +160,15 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
             continue
         rest = _without(g.config, key)
         match = [b for b in bases if _without(b.config, key) == rest]
+        if len(match) > 1:  # baselines that differ in their options: the one with g's options
+            same = [b for b in match if _options(b.config, key) == _options(g.config, key)]
+            if len(same) != 1:
+                raise ValueError(
+                    f"--baseline {baseline}: {g.label} has {len(match)} possible baselines, "
+                    f"which differ only in {key}_kwargs ({'; '.join(b.label for b in match)}): "
+                    "report them apart, or compare with --versus"
+                )
+            match = same
         if not match:
             _refuse_other_heldout(g, bases, key)
             pairings.append(Pairing(g, None, []))
@@ -170,6 +180,11 @@ def pair_with_baseline(groups: Sequence[Group], baseline: str) -> list[Pairing]:
 def _without(config: dict[str, Any], key: str) -> dict[str, Any]:
     """``config`` without ``key`` and its options (:func:`options_of`)."""
     return {k: v for k, v in config.items() if k != key and not options_of(key, k)}
+
+
+def _options(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """The options of ``key``'s value in ``config`` (:func:`options_of`)."""
+    return {k: v for k, v in config.items() if options_of(key, k)}
 
 
 def _key_value(spec: str, flag: str, example: str) -> tuple[str, str]:

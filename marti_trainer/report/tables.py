@@ -27,6 +27,7 @@ from marti_trainer.report.pairing import (
     _problem_mismatch,
     differing_keys,
     group_runs,
+    options_of,
     pair_versus,
     pair_with_baseline,
     training_pairs,
@@ -153,7 +154,10 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             "",
         ]
         key = opts.baseline.partition("=")[0].strip()
-        missing = f"no baseline config equals it apart from {key} (and {key}_kwargs)"
+        options = any(options_of(key, k) for g in groups for k in g.config)
+        missing = f"no baseline config equals it apart from {key}" + (
+            f" (and {key}_kwargs)" if options else ""
+        )
         compared.append(
             _Comparison(opts.baseline, pair_with_baseline(groups, opts.baseline), missing, False)
         )
