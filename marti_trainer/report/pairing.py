@@ -112,11 +112,8 @@ def _refuse_other_heldout(g: Group, bases: Sequence[Group], key: str) -> None:
     """A baseline that differs from ``g`` (besides ``key``) only in its held-out set
     (``env.eval_tasks.*``) would be the partner but for the problems: say so."""
     for b in bases:
-        keys = set(g.config) | set(b.config)
-        diff = sorted(
-            k for k in keys
-            if k != key and not options_of(key, k) and g.config.get(k) != b.config.get(k)
-        )  # fmt: skip
+        mine, theirs = _without(g.config, key), _without(b.config, key)
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         if diff and all(k.startswith("env.eval_tasks") for k in diff):
             shown = ", ".join(f"{k} {g.config.get(k)!r} against {b.config.get(k)!r}" for k in diff)
             raise ValueError(
