@@ -30,6 +30,9 @@ What it writes:
   other config against the one config that has ``key=value``, whatever else differs, with
   the keys that differ named (single agent against a debate at equal budget). Groups are
   labelled by ``exp_name`` when each has one and the names tell them apart.
+* **Compute per config**: generations, rollout tokens, update tokens and the share of
+  zero-advantage samples per training step (:func:`training_compute`): equal inference is
+  not equal training compute. Left out when no run recorded its update.
 * **Per run**: final accuracy with its Wilson interval over the held-out problems.
 * **Where the seeds ended** (``--modes KAPPA``): runs of any config grouped by how far
   their final per-problem outcomes agree (:func:`answer_modes`, Cohen's kappa at least
@@ -48,8 +51,9 @@ The page holds no date, so the same files give the same page, byte for byte.
 **Run digests.** A run directory holds checkpoints and transcripts (hundreds of MB); a
 *digest* (``<name>.run.json``, :func:`write_digests`, ``marti report --save-digests DIR``)
 holds only what the report reads of it (config, evaluations, training curve, per-problem
-outcomes and answers of the final evaluation, tokens per step): a few kB to commit under
-``docs/results/`` so a results page is regenerated and checked from files in the repository.
+outcomes and answers of the final evaluation, tokens per step, update compute): a few kB
+to commit under ``docs/results/`` so a results page is regenerated and checked from files
+in the repository.
 A digest is read wherever a run directory is.
 
 Modules, each importing only those below it: :mod:`~marti_trainer.report.pages` (write,
@@ -77,7 +81,14 @@ from marti_trainer.report.pairing import (
     pair_with_baseline,
     training_pairs,
 )
-from marti_trainer.report.runs import DIGEST_SUFFIX, RunRecord, find_runs, read_run, write_digests
+from marti_trainer.report.runs import (
+    DIGEST_SUFFIX,
+    RunRecord,
+    find_runs,
+    read_run,
+    training_compute,
+    write_digests,
+)
 from marti_trainer.report.tables import (
     HEADER,
     Report,
@@ -110,6 +121,7 @@ __all__ = [
     "step0_disagreements",
     "summary_block",
     "summary_markers",
+    "training_compute",
     "training_pairs",
     "write_digests",
     "write_report",

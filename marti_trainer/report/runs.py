@@ -96,6 +96,12 @@ class RunRecord:
         machines: The machine of each start of the run (``run.json``), without repeats; the
             first is the fresh start's (the step-0 evaluation's), None for a start that did
             not record it; empty where no start did.
+        update_tokens: Tokens (prompts included) the policy updates ran on, per training
+            step, mean over the steps that logged it (:func:`training_compute`); None where
+            no step did (digests from before the field).
+        zero_advantage_frac: Share of the update's samples whose advantage was zero on
+            every token, per step, mean over the steps (:func:`training_compute`); None as
+            above.
     """
 
     path: Path
@@ -111,6 +117,8 @@ class RunRecord:
     generations_per_step: float | None = None
     tokens: dict[int, float] = field(default_factory=dict)
     machines: list[str | None] = field(default_factory=list)
+    update_tokens: float | None = None
+    zero_advantage_frac: float | None = None
 
     @property
     def final_accuracy(self) -> float | None:
@@ -203,6 +211,7 @@ def read_run(run_dir: Path, sources: _Sources | None = None) -> RunRecord:
     if finished and (run_dir / "transcripts.jsonl").is_file():
         _read_tokens(run, run_dir / "transcripts.jsonl", sources)
     _add_replay_cost(run, history)
+    run.update_tokens, run.zero_advantage_frac = training_compute(history)
     if (run_dir / "run.json").is_file():
         run.machines = _read_machines(run_dir / "run.json", sources)
     return run
@@ -238,6 +247,8 @@ def _digest(run: RunRecord) -> dict[str, Any]:
         "generations_per_step": run.generations_per_step,
         "tokens": {str(k): v for k, v in run.tokens.items()},
         "machines": run.machines,
+        "update_tokens": run.update_tokens,
+        "zero_advantage_frac": run.zero_advantage_frac,
     }
 
 
@@ -260,6 +271,9 @@ def _read_digest(path: Path, sources: _Sources) -> RunRecord:
             m is None or isinstance(m, str) for m in run.machines
         ):
             raise ValueError("'machines' is not a list of strings (or nulls)")
+        for key in ("update_tokens", "zero_advantage_frac"):  # older digests: not recorded
+            value = data.get(key)
+            setattr(run, key, None if value is None else float(value))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: not a run digest ({e})") from None
     return run
@@ -314,6 +328,29 @@ def _add_replay_cost(run: RunRecord, history: list[dict[str, Any]]) -> None:
         for step in sorted(run.tokens):
             extra += float(replays.get(step, {}).get("rollout/replay_tokens", 0.0))
             run.tokens[step] += extra
+
+
+def training_compute(history: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """``(update tokens, zero-advantage fraction)`` per training step, each the mean over the
+    steps of ``metrics.jsonl`` that logged it; None where none did.
+
+    A step's update tokens are the sum over its trained policies of
+    ``charts/<policy>/update_tokens`` (unpadded tokens, prompts included, of the
+    mini-batches the update stepped on:
+    with ``algorithm.skip_zero_advantage``, rows whose advantage is zero everywhere cost
+    nothing); its zero-advantage fraction is the mean over the policies of
+    ``losses/<policy>/zero_advantage_frac`` (`marti_trainer.learner.update.update_unit`).
+    """
+    tokens, zero = [], []
+    for row in history:
+        t = [v for k, v in row.items() if k.startswith("charts/") and k.endswith("/update_tokens")]
+        z = [v for k, v in row.items()
+             if k.startswith("losses/") and k.endswith("/zero_advantage_frac")]  # fmt: skip
+        if t:
+            tokens.append(float(sum(t)))
+        if z:
+            zero.append(float(np.mean(z)))
+    return (float(np.mean(tokens)) if tokens else None, float(np.mean(zero)) if zero else None)
 
 
 def _read_tokens(run: RunRecord, path: Path, sources: _Sources) -> None:

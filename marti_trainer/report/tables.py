@@ -191,6 +191,7 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
         for c in compared:
             lines += [f"Against {c.against}:", ""]
             lines += _paired_table(c, opts, training=True)
+    lines += _compute_table(groups)
     if opts.modes is not None:
         lines += _modes_table(groups, opts.modes)
     machines = _machine_labels(groups)
@@ -378,6 +379,47 @@ def _paired_table(c: _Comparison, opts: ReportOptions, training: bool = False) -
             f"| {p.group.label} | {p.baseline.label} | {len(seeds)} | "
             f"{_pct(d.difference, signed=True)} | {d.wins}/{d.ties}/{d.losses} | "
             f"{poi.format(2)} | {d.verdict}{left_out} |{extra}"
+        )
+    return [*lines, ""]
+
+
+def _compute_table(groups: Sequence[Group]) -> list[str]:
+    """Inference and training compute per config, means over its runs; no section when no
+    run recorded its update (runs and digests from before ``update_tokens``)."""
+    if all(r.update_tokens is None for g in groups for r in g.runs):
+        return []
+    lines = [
+        "## Compute per config",
+        "",
+        "Means over each config's runs of per-step figures. Generations: sampled model calls "
+        "per training step; rollout tokens: response tokens they generated; update tokens: "
+        "tokens, prompts included and padding not, that the policy update ran forward and "
+        "backward on (a sample whose advantage is zero on every token is skipped under "
+        "`algorithm.skip_zero_advantage`); "
+        "zero-advantage share: of the update's samples. Equal generations is equal "
+        "inference, not equal training compute. n/r: not recorded by any of its runs; "
+        "(k of n): recorded by k of its n runs.",
+        "",
+        "| config | runs | generations per step | rollout tokens per step | update tokens per "
+        "step | zero-advantage share |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def mean(values: list[float | None], fmt: str) -> str:
+        known = [v for v in values if v is not None]
+        if not known:
+            return "n/r"
+        text = format(float(np.mean(known)), fmt)
+        return text if len(known) == len(values) else f"{text} ({len(known)} of {len(values)})"
+
+    for g in groups:
+        rollout = [r.tokens[max(r.tokens)] / max(r.tokens) if max(r.tokens, default=0) > 0 else None
+                   for r in g.runs]  # fmt: skip
+        lines.append(
+            f"| {g.label} | {len(g.runs)} | "
+            f"{mean([r.generations_per_step for r in g.runs], ',.0f')} | "
+            f"{mean(rollout, ',.0f')} | {mean([r.update_tokens for r in g.runs], ',.0f')} | "
+            f"{mean([r.zero_advantage_frac for r in g.runs], '.2f')} |"
         )
     return [*lines, ""]
 
