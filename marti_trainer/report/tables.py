@@ -24,6 +24,7 @@ from marti_env.stats import (
 from marti_trainer.report.pairing import (
     Group,
     Pairing,
+    _key_value,
     _problem_mismatch,
     differing_keys,
     group_runs,
@@ -153,14 +154,13 @@ def build_report(opts: ReportOptions, plot_stem: str = "results") -> Report:
             f"min_effect = {100 * opts.min_effect:g} points.",
             "",
         ]
-        key = opts.baseline.partition("=")[0].strip()
+        pairings = pair_with_baseline(groups, opts.baseline)
+        key = _key_value(opts.baseline, "--baseline", "env.credit=none")[0]
         options = any(options_of(key, k) for g in groups for k in g.config)
         missing = f"no baseline config equals it apart from {key}" + (
             f" (and {key}_kwargs)" if options else ""
         )
-        compared.append(
-            _Comparison(opts.baseline, pair_with_baseline(groups, opts.baseline), missing, False)
-        )
+        compared.append(_Comparison(opts.baseline, pairings, missing, False))
         lines += _paired_table(compared[-1], opts)
     for versus in opts.versus:
         lines += [
