@@ -543,41 +543,50 @@ def test_replay_generations_count_as_inference(tmp_path):
 
 
 def test_training_compute_is_the_per_step_mean_summed_over_policies(tmp_path, monkeypatch):
-    """Update tokens per step: step 1 logs 100 + 50 (two policies), step 2 logs 90 ->
-    (150 + 90) / 2 = 120; zero-advantage share: step 1 mean(0.5, 0.25) = 0.375, step 2 0.125
-    -> 0.25. A run without them is n/r, a config where one of two runs has them says so, and
-    the figures survive a digest."""
+    """Update tokens per step: step 1 logs 100 + 50 (two policies), step 2 logs 90 (its
+    first row is replaced by the last), step 3 skipped every sample (no tokens logged: 0)
+    -> (150 + 90 + 0) / 3 = 80; zero-advantage share: mean(0.5, 0.25) = 0.375, 0.125 and
+    1.0 -> 0.5. In a report: a run without them is n/r, a config where one of two runs has
+    them says so, and the figures survive a digest (an older digest reads as n/r)."""
     from marti_trainer.report import read_run, training_compute, write_digests
 
+    step1 = {"step": 1, "charts/a/update_tokens": 100.0, "charts/b/update_tokens": 50.0,
+             "charts/update_tokens_per_s": 9e9, "losses/a/zero_advantage_frac": 0.5,
+             "losses/b/zero_advantage_frac": 0.25}  # fmt: skip
+    step2 = {"step": 2, "charts/a/update_tokens": 90.0, "losses/a/zero_advantage_frac": 0.125}
     history = [
-        {"step": 0, "eval/accuracy": 0.2},
-        {"step": 1, "charts/a/update_tokens": 100.0, "charts/b/update_tokens": 50.0,
-         "charts/update_tokens_per_s": 9e9, "losses/a/zero_advantage_frac": 0.5,
-         "losses/b/zero_advantage_frac": 0.25},
-        {"step": 2, "charts/a/update_tokens": 90.0, "losses/a/zero_advantage_frac": 0.125},
+        {"step": 0, "eval/accuracy": 0.2}, step1,
+        {"step": 2, "charts/a/update_tokens": 999.0, "losses/a/zero_advantage_frac": 0.9},
+        step2, {"step": 3, "losses/a/zero_advantage_frac": 1.0},
     ]  # fmt: skip
-    assert training_compute(history) == (120.0, 0.25)
+    assert training_compute(history) == (80.0, 0.5)
     assert training_compute(history[:1]) == (None, None)
     runs = tmp_path / "runs"
     for seed, credit in ((0, "none"), (1, "none"), (0, "quality")):
         fake_run(runs, f"{credit}{seed}", seed, credit, 0.5)
-    rows = [
-        json.loads(line) for line in (runs / "none0" / "metrics.jsonl").read_text().splitlines()
-    ]
-    rows[1].update(history[1])
-    rows[2].update(history[2])
-    (runs / "none0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert (read_run(runs / "none0").update_tokens, read_run(runs / "none0").zero_advantage_frac) \
-        == (120.0, 0.25)  # fmt: skip
+    metrics = runs / "none0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows[1].update(step1)
+    rows[2].update(step2)
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # 4 tasks x 2 samples per step, 3 + 5 response tokens each: 64 rollout tokens per step
+    episode = {"turns": [{"meta": {"response_tokens": 3}}, {"meta": {"response_tokens": 5}}]}
+    (runs / "none0" / "transcripts.jsonl").write_text((json.dumps(episode) + "\n") * 16)
+    run = read_run(runs / "none0")
+    assert (run.update_tokens, run.zero_advantage_frac) == (120.0, 0.25)
     page = build_report(ReportOptions((str(runs),))).markdown
-    assert "| env.credit=none | 2 | 16 | n/r | 120 (1 of 2) | 0.25 (1 of 2) |" in page
+    assert "| env.credit=none | 2 | 16 | 64 (1 of 2) | 120 (1 of 2) | 0.25 (1 of 2) |" in page
     assert "| env.credit=quality | 1 | 16 | n/r | n/r | n/r |" in page
     monkeypatch.chdir(tmp_path)
     (digest, *_) = write_digests(["runs"], "digests")
     assert digest.name == "none0.run.json"
     assert (read_run(digest).update_tokens, read_run(digest).zero_advantage_frac) == (120.0, 0.25)
-    # no run recorded it (runs and digests from before the figures): no section at all
-    assert "## Compute per config" not in build_report(ReportOptions(("runs/none1",))).markdown
+    old = {k: v for k, v in json.loads(digest.read_text()).items()
+           if k not in ("update_tokens", "zero_advantage_frac")}  # fmt: skip
+    digest.write_text(json.dumps(old))
+    assert (read_run(digest).update_tokens, read_run(digest).zero_advantage_frac) == (None, None)
+    # no run recorded it: no section at all
+    assert "## Compute per config" not in build_report(ReportOptions((str(digest),))).markdown
 
 
 def test_machines_are_listed_and_step0_evaluations_compared_across_seeds(tmp_path, monkeypatch):

@@ -96,12 +96,11 @@ class RunRecord:
         machines: The machine of each start of the run (``run.json``), without repeats; the
             first is the fresh start's (the step-0 evaluation's), None for a start that did
             not record it; empty where no start did.
-        update_tokens: Tokens (prompts included) the policy updates ran on, per training
-            step, mean over the steps that logged it (:func:`training_compute`); None where
-            no step did (digests from before the field).
-        zero_advantage_frac: Share of the update's samples whose advantage was zero on
-            every token, per step, mean over the steps (:func:`training_compute`); None as
-            above.
+        update_tokens: Tokens (prompts included) the policy updates ran on per training
+            step, mean over the steps (:func:`training_compute`); None where no step logged
+            it (runs and digests from before the field).
+        zero_advantage_frac: Share of a step's trained samples whose advantage was zero on
+            every token, mean over the steps (:func:`training_compute`); None as above.
     """
 
     path: Path
@@ -331,26 +330,31 @@ def _add_replay_cost(run: RunRecord, history: list[dict[str, Any]]) -> None:
 
 
 def training_compute(history: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """``(update tokens, zero-advantage fraction)`` per training step, each the mean over the
-    steps of ``metrics.jsonl`` that logged it; None where none did.
+    """``(update tokens, zero-advantage share)`` per training step: means over the steps of
+    ``metrics.jsonl`` that trained (logged ``losses/<policy>/zero_advantage_frac``), the
+    last row of a step that repeats; ``(None, None)`` when no step did.
 
-    A step's update tokens are the sum over its trained policies of
-    ``charts/<policy>/update_tokens`` (unpadded tokens, prompts included, of the
-    mini-batches the update stepped on:
-    with ``algorithm.skip_zero_advantage``, rows whose advantage is zero everywhere cost
-    nothing); its zero-advantage fraction is the mean over the policies of
-    ``losses/<policy>/zero_advantage_frac`` (`marti_trainer.learner.update.update_unit`).
+    From :func:`marti_trainer.learner.update.update_unit`, per trained policy (unit):
+    ``charts/<policy>/update_tokens``, the unpadded tokens (prompts included) of the
+    mini-batches it stepped on, summed over the policies; absent where every mini-batch was
+    skipped, which is 0 tokens (``algorithm.skip_zero_advantage`` with ``kl_coef`` and
+    ``entropy_coef`` 0 leaves out the samples whose advantage is zero on every token).
+    ``losses/<policy>/zero_advantage_frac``, the share of the policy's samples of the step,
+    skipped or not, whose advantage is zero on every token; averaged over the policies
+    unweighted.
     """
-    tokens, zero = [], []
+    steps: dict[int, tuple[float, float]] = {}
     for row in history:
-        t = [v for k, v in row.items() if k.startswith("charts/") and k.endswith("/update_tokens")]
         z = [v for k, v in row.items()
              if k.startswith("losses/") and k.endswith("/zero_advantage_frac")]  # fmt: skip
-        if t:
-            tokens.append(float(sum(t)))
         if z:
-            zero.append(float(np.mean(z)))
-    return (float(np.mean(tokens)) if tokens else None, float(np.mean(zero)) if zero else None)
+            t = sum(v for k, v in row.items()
+                    if k.startswith("charts/") and k.endswith("/update_tokens"))  # fmt: skip
+            steps[int(row["step"])] = (float(t), float(np.mean(z)))
+    if not steps:
+        return None, None
+    tokens, zero = np.mean(list(steps.values()), axis=0)
+    return float(tokens), float(zero)
 
 
 def _read_tokens(run: RunRecord, path: Path, sources: _Sources) -> None:

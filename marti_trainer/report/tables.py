@@ -394,10 +394,12 @@ def _compute_table(groups: Sequence[Group]) -> list[str]:
         "Means over each config's runs of per-step figures. Generations: sampled model calls "
         "per training step; rollout tokens: response tokens they generated; update tokens: "
         "tokens, prompts included and padding not, that the policy update ran forward and "
-        "backward on (a sample whose advantage is zero on every token is skipped under "
-        "`algorithm.skip_zero_advantage`); "
-        "zero-advantage share: of the update's samples. Equal generations is equal "
-        "inference, not equal training compute. n/r: not recorded by any of its runs; "
+        "backward on (`algorithm.skip_zero_advantage`, with no KL or entropy term, skips "
+        "the samples whose advantage is zero on every token); zero-advantage share: the "
+        "share of the step's samples, skipped or not, whose advantage is zero on every "
+        "token (for a team trained as several policies, the mean over them). Equal "
+        "generations is equal inference, not equal training compute. n/r: not recorded by "
+        "any of its runs; "
         "(k of n): recorded by k of its n runs.",
         "",
         "| config | runs | generations per step | rollout tokens per step | update tokens per "
