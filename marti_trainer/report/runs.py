@@ -99,8 +99,9 @@ class RunRecord:
         update_tokens: Tokens (prompts included) the policy updates ran on per training
             step, mean over the steps (:func:`training_compute`); None where no step logged
             it (runs and digests from before the field).
-        zero_advantage_frac: Share of a step's trained samples whose advantage was zero on
-            every token, mean over the steps (:func:`training_compute`); None as above.
+        zero_advantage_frac: Share of a step's samples (skipped by the update or not) whose
+            advantage was zero on every token, mean over the steps (:func:`training_compute`);
+            None as above.
     """
 
     path: Path

@@ -399,8 +399,7 @@ def _compute_table(groups: Sequence[Group]) -> list[str]:
         "share of the step's samples, skipped or not, whose advantage is zero on every "
         "token (for a team trained as several policies, the mean over them). Equal "
         "generations is equal inference, not equal training compute. n/r: not recorded by "
-        "any of its runs; "
-        "(k of n): recorded by k of its n runs.",
+        "any of its runs; (k of n): recorded by k of its n runs.",
         "",
         "| config | runs | generations per step | rollout tokens per step | update tokens per "
         "step | zero-advantage share |",
