@@ -126,6 +126,13 @@ class RunRecord:
         return last[-1] if last else None
 
     @property
+    def tokens_per_step(self) -> float | None:
+        """Response tokens the training rollouts generated per step, mean over the steps
+        :attr:`tokens` counts; None without them."""
+        last = max(self.tokens, default=0)
+        return self.tokens[last] / last if last > 0 else None
+
+    @property
     def counted(self) -> bool:
         """Whether a page counts the run: finished, with a held-out evaluation after step 0."""
         return self.finished and self.final_accuracy is not None

@@ -414,12 +414,11 @@ def _compute_table(groups: Sequence[Group]) -> list[str]:
         return text if len(known) == len(values) else f"{text} ({len(known)} of {len(values)})"
 
     for g in groups:
-        rollout = [r.tokens[max(r.tokens)] / max(r.tokens) if max(r.tokens, default=0) > 0 else None
-                   for r in g.runs]  # fmt: skip
         lines.append(
             f"| {g.label} | {len(g.runs)} | "
             f"{mean([r.generations_per_step for r in g.runs], ',.0f')} | "
-            f"{mean(rollout, ',.0f')} | {mean([r.update_tokens for r in g.runs], ',.0f')} | "
+            f"{mean([r.tokens_per_step for r in g.runs], ',.0f')} | "
+            f"{mean([r.update_tokens for r in g.runs], ',.0f')} | "
             f"{mean([r.zero_advantage_frac for r in g.runs], '.2f')} |"
         )
     return [*lines, ""]
