@@ -21,7 +21,7 @@
 # (marti_trainer/eval_cache.py; the sweep ignores log.* when it compares a cell's config).
 # A finished cell keeps no checkpoint (--keep-checkpoints none): the digest is what the page
 # reads, and kept checkpoints (two of 1.5 GiB per cell) filled the disk here: 66 GB from
-# 23 finished cells.
+# 22 finished cells.
 set -u
 cd "$(dirname "$0")/.."
 . benchmarks/require_native_bf16.sh
